@@ -1,0 +1,12 @@
+export { loadMigrations, type Migration, MigrationError, migrate } from './migrate.ts';
+export { createPool, type Pool, type PoolConfig, type Queryable } from './pool.ts';
+export { RETRYABLE_SQLSTATES, SQLSTATE, sqlState } from './sqlstate.ts';
+export {
+  type Isolation,
+  TransactionConflictError,
+  type TransactionOptions,
+  type TransactionResult,
+  type Tx,
+  transaction,
+  transactionWithStats,
+} from './transaction.ts';

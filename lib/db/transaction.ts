@@ -1,0 +1,130 @@
+import type pg from 'pg';
+import { ConflictError } from '../errors.ts';
+import type { Pool } from './pool.ts';
+import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
+
+export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
+/** The client of an open transaction; only `query` is meant to be used. */
+export type Tx = Pick<pg.PoolClient, 'query'>;
+
+export interface TransactionOptions {
+  /** Default `repeatable read`: every read in the function sees one snapshot. */
+  isolation?: Isolation;
+  /** Retries after the first try on 40001/40P01; default 5. */
+  maxRetries?: number;
+  /** Retry at once with a fresh snapshot instead of backing off (claims). */
+  immediate?: boolean;
+  /** `statement_timeout` for this transaction only; 0 disables it. Default 5 s. */
+  statementTimeoutMs?: number;
+  /** `idle_in_transaction_session_timeout` for this transaction only. Default 10 s. */
+  idleTimeoutMs?: number;
+  /** `lock_timeout` for this transaction only; unset leaves the server's. */
+  lockTimeoutMs?: number;
+  readOnly?: boolean;
+  /** Called before each retry with the error that caused it (metrics, logs). */
+  onRetry?: (err: unknown, retry: number) => void;
+}
+
+export interface TransactionResult<T> {
+  value: T;
+  /** How many times the whole function ran again after a serialization failure or deadlock. */
+  retries: number;
+}
+
+/** Raised when a transaction still hit 40001/40P01 after its last allowed retry. */
+export class TransactionConflictError extends ConflictError {
+  readonly retries: number;
+  readonly sqlState: string | undefined;
+  constructor(retries: number, cause: unknown) {
+    super(`the transaction kept conflicting with concurrent ones (${retries} retries)`, { cause });
+    this.retries = retries;
+    this.sqlState = sqlState(cause);
+  }
+}
+
+const DEFAULTS = {
+  isolation: 'repeatable read' as Isolation,
+  maxRetries: 5,
+  statementTimeoutMs: 5_000,
+  idleTimeoutMs: 10_000,
+};
+
+// Full jitter over an exponential window: colliding transactions spread out
+// instead of colliding again in lock step.
+const BACKOFF_BASE_MS = 4;
+const BACKOFF_CAP_MS = 250;
+
+function backoffMs(retry: number): number {
+  const window = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** retry);
+  return Math.random() * window;
+}
+
+function nonNegativeInt(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer`);
+  return v;
+}
+
+function beginSql(opts: TransactionOptions): string {
+  const isolation = opts.isolation ?? DEFAULTS.isolation;
+  // Timeouts are SET LOCAL so they end with the transaction: behind RDS Proxy a
+  // session-level SET would pin the connection to this client. Values are
+  // integers checked above, so inlining them is safe, and BEGIN plus the
+  // settings go to the server in one round trip.
+  const parts = [
+    `begin isolation level ${isolation}${opts.readOnly ? ' read only' : ''}`,
+    `set local statement_timeout = ${nonNegativeInt('statementTimeoutMs', opts.statementTimeoutMs ?? DEFAULTS.statementTimeoutMs)}`,
+    `set local idle_in_transaction_session_timeout = ${nonNegativeInt('idleTimeoutMs', opts.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs)}`,
+  ];
+  if (opts.lockTimeoutMs !== undefined) {
+    parts.push(`set local lock_timeout = ${nonNegativeInt('lockTimeoutMs', opts.lockTimeoutMs)}`);
+  }
+  return parts.join('; ');
+}
+
+/**
+ * Runs `fn` in a transaction and reports how many retries it took. The whole
+ * function runs again on serialization failure or deadlock, so it must not have
+ * effects outside the database (no network calls, no counters it cannot redo).
+ */
+export async function transactionWithStats<T>(
+  pool: Pool,
+  fn: (tx: Tx) => Promise<T>,
+  opts: TransactionOptions = {},
+): Promise<TransactionResult<T>> {
+  const maxRetries = nonNegativeInt('maxRetries', opts.maxRetries ?? DEFAULTS.maxRetries);
+  const begin = beginSql(opts);
+  for (let retries = 0; ; retries++) {
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query(begin);
+      const value = await fn(client);
+      await client.query('commit');
+      return { value, retries };
+    } catch (err) {
+      try {
+        await client.query('rollback');
+      } catch (rollbackErr) {
+        // The connection is unusable (server gone, socket closed): drop it
+        // from the pool rather than hand it to the next caller.
+        broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+      }
+      const code = sqlState(err);
+      if (code === undefined || !RETRYABLE_SQLSTATES.has(code)) throw err;
+      if (retries >= maxRetries) throw new TransactionConflictError(retries, err);
+      opts.onRetry?.(err, retries + 1);
+    } finally {
+      client.release(broken);
+    }
+    if (!opts.immediate) await new Promise((r) => setTimeout(r, backoffMs(retries)));
+  }
+}
+
+/** Runs `fn` in a transaction (REPEATABLE READ unless told otherwise) and returns its value. */
+export async function transaction<T>(
+  pool: Pool,
+  fn: (tx: Tx) => Promise<T>,
+  opts: TransactionOptions = {},
+): Promise<T> {
+  return (await transactionWithStats(pool, fn, opts)).value;
+}

@@ -1,0 +1,71 @@
+/** Base class of every error the domain raises on purpose; `expose` says whether its message may reach a client. */
+export class AppError extends Error {
+  readonly status: number;
+  readonly code: string;
+  get expose(): boolean {
+    return this.status < 500;
+  }
+  constructor(status: number, code: string, message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+    this.status = status;
+    this.code = code;
+  }
+}
+
+export class BadRequestError extends AppError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(400, 'bad_request', message, options);
+  }
+}
+
+export class UnauthorizedError extends AppError {
+  constructor(message = 'missing or invalid credentials', options?: ErrorOptions) {
+    super(401, 'unauthorized', message, options);
+  }
+}
+
+export class ForbiddenError extends AppError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(403, 'forbidden', message, options);
+  }
+}
+
+export class NotFoundError extends AppError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(404, 'not_found', message, options);
+  }
+}
+
+/** A state conflict: a stale lease, a duplicate id, or a transaction that kept losing serialization races. */
+export class ConflictError extends AppError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(409, 'conflict', message, options);
+  }
+}
+
+export class PayloadTooLargeError extends AppError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(413, 'payload_too_large', message, options);
+  }
+}
+
+/** One problem found while validating input, with the path of the field it concerns. */
+export interface ValidationIssue {
+  path: string;
+  message: string;
+}
+
+/** Input that parsed but broke a rule; carries every issue found, each naming its field. */
+export class ValidationError extends AppError {
+  readonly issues: ValidationIssue[];
+  constructor(issues: ValidationIssue[], options?: ErrorOptions) {
+    super(
+      400,
+      'bad_request',
+      issues.map((i) => (i.path ? `${i.path}: ${i.message}` : i.message)).join('; '),
+      options,
+    );
+    this.issues = issues;
+  }
+}

@@ -1,0 +1,62 @@
+// Runs every test file with node:test. Starts one embedded PostgreSQL server for
+// the whole run (unless DATABASE_URL names an existing one) and hands its
+// address to the test files, each of which makes its own database in it.
+//   npm run test:unit                      every test/**/*.test.ts
+//   npm run test:unit -- test/db           only files under these paths
+import { spawn } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { startEmbeddedPostgres } from '../lib/local/postgres.ts';
+
+function findTests(path: string): string[] {
+  if (statSync(path).isFile()) return path.endsWith('.test.ts') ? [path] : [];
+  return readdirSync(path)
+    .sort()
+    .flatMap((entry) => (entry === 'node_modules' ? [] : findTests(join(path, entry))));
+}
+
+const roots = process.argv.slice(2);
+const files = (roots.length ? roots : ['test']).flatMap(findTests).map((f) => relative('.', f));
+if (files.length === 0) {
+  console.error('no test files found');
+  process.exit(1);
+}
+
+const started = Date.now();
+let adminUrl = process.env.DATABASE_URL;
+let stop = async (_failed: boolean) => {};
+if (!adminUrl) {
+  const parent = await mkdtemp(join(tmpdir(), 'conductor-test-'));
+  const server = await startEmbeddedPostgres({
+    dataDir: join(parent, 'pg'),
+    ephemeral: true,
+  });
+  adminUrl = server.url();
+  stop = async (failed: boolean) => {
+    await server.stop();
+    // A failed run keeps the cluster, with the failing files' databases in it.
+    if (failed) console.error(`# kept the test cluster in ${server.dataDir}`);
+    else await rm(parent, { recursive: true, force: true });
+  };
+  console.log(`# embedded PostgreSQL on port ${server.port} (${Date.now() - started} ms to start)`);
+} else {
+  console.log(`# using DATABASE_URL's server`);
+}
+
+const concurrency = Number(process.env.CONDUCTOR_TEST_CONCURRENCY ?? availableParallelism());
+const child = spawn(
+  process.execPath,
+  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, ...files],
+  {
+    stdio: 'inherit',
+    env: { ...process.env, CONDUCTOR_TEST_ADMIN_URL: adminUrl },
+  },
+);
+const code: number = await new Promise((done) => {
+  child.on('exit', (c, signal) => done(c ?? (signal ? 1 : 0)));
+});
+await stop(code !== 0);
+console.log(`# test run took ${((Date.now() - started) / 1000).toFixed(1)} s`);
+process.exit(code);

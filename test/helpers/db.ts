@@ -1,0 +1,59 @@
+// Each test file gets its own database on the run's server, so files can run in
+// parallel. A file's database is dropped when all of its tests passed and kept
+// otherwise, so a failure can be inspected (its name is printed).
+import { randomBytes } from 'node:crypto';
+import { basename } from 'node:path';
+import { after, afterEach } from 'node:test';
+import { createPool, migrate, type Pool } from '../../lib/db/index.ts';
+import { createDatabase, dropDatabase, withDatabase } from '../../lib/local/postgres.ts';
+
+export interface TestDatabase {
+  name: string;
+  url: string;
+  pool: Pool;
+}
+
+/** The server the run uses: the test script's embedded one, or DATABASE_URL's. */
+export function adminUrl(): string {
+  const url = process.env.CONDUCTOR_TEST_ADMIN_URL ?? process.env.DATABASE_URL;
+  if (!url) {
+    throw new Error('no database server: run through `npm test` or set DATABASE_URL');
+  }
+  return url;
+}
+
+/**
+ * Creates a fresh database for the calling test file, optionally migrated, and
+ * registers its clean-up. Await it at the top level of the file: hooks registered inside `before` would run too early.
+ */
+export async function testDatabase(
+  file: string,
+  opts: { migrate?: boolean; poolMax?: number } = {},
+): Promise<TestDatabase> {
+  const stem = basename(file)
+    .replace(/\.test\.ts$/, '')
+    .replace(/[^a-z0-9]+/gi, '_')
+    .toLowerCase()
+    .slice(0, 30);
+  const name = `t_${stem}_${randomBytes(4).toString('hex')}`;
+  const server = adminUrl();
+  await createDatabase(server, name);
+  const url = withDatabase(server, name);
+  const pool = createPool({ url, max: opts.poolMax ?? 20 });
+  if (opts.migrate ?? true) await migrate(pool);
+
+  let failed = false;
+  afterEach((t) => {
+    // `passed` exists on Node 20.20 but is missing from its type definitions.
+    if ((t as { passed?: boolean }).passed === false) failed = true;
+  });
+  after(async () => {
+    await pool.end();
+    if (failed) {
+      console.error(`# kept database ${name} for inspection`);
+    } else {
+      await dropDatabase(server, name);
+    }
+  });
+  return { name, url, pool };
+}
