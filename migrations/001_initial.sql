@@ -113,6 +113,9 @@ create table tasks (
   cancel_requested boolean not null default false,
   exit_code integer,
   error text,
+  -- A failed-only rerun keeps a successful task's outcome; this names the task
+  -- it was copied from (its logs and attempts stay there).
+  copied_from uuid references tasks (id) on delete set null,
   -- Copied from the job so a claim can take the oldest job's task from one
   -- index without joining jobs.
   job_created_at timestamptz not null,
@@ -141,12 +144,17 @@ create table task_needs (
   check (task_id <> need_id)
 );
 create index task_needs_need on task_needs (need_id);
+create index tasks_copied_from on tasks (copied_from) where copied_from is not null;
 
 create table task_attempts (
   task_id uuid not null references tasks (id) on delete cascade,
   attempt integer not null check (attempt >= 1),
   lease_id uuid not null unique,
   worker_id uuid references workers (id) on delete set null,
+  -- What the runner reported, and the task state that completion produced, so
+  -- a repeated completion with the same lease answers the same thing.
+  reported_outcome text,
+  result_state text,
   -- Null while the attempt runs.
   outcome text
     constraint task_attempts_outcome_check

@@ -1,0 +1,67 @@
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
+import type { JobRow } from './types.ts';
+
+/**
+ * Cancels unfinished jobs inside the caller's transaction: each becomes
+ * 'cancelled', its waiting and queued tasks are cancelled, and every running
+ * task gets its cancel flag. Writing the running rows matters: a completion
+ * that read one before this commits then conflicts and retries, and records
+ * 'cancelled' instead of reviving the job. Returns the ids it cancelled.
+ */
+export async function cancelJobsTx(
+  tx: Queryable,
+  jobIds: string[],
+  reason: string,
+): Promise<string[]> {
+  if (jobIds.length === 0) return [];
+  const { rows } = await tx.query<{ id: string }>(
+    `update jobs set state = 'cancelled', finished_at = now(), error = coalesce(error, $2)
+      where id = any($1::uuid[]) and state in ('pending', 'running')
+      returning id`,
+    [jobIds, reason],
+  );
+  const cancelled = rows.map((r) => r.id);
+  if (cancelled.length === 0) return [];
+  await tx.query(
+    `update tasks set state = 'cancelled', finished_at = now(), queued_at = null
+      where job_id = any($1::uuid[]) and state in ('waiting', 'queued')`,
+    [cancelled],
+  );
+  await tx.query(
+    `update tasks set cancel_requested = true
+      where job_id = any($1::uuid[]) and state = 'running'`,
+    [cancelled],
+  );
+  return cancelled;
+}
+
+/** Cancels a job; a finished job is answered as it is. */
+export async function cancelJob(pool: Pool, jobId: string, reason = 'cancelled'): Promise<JobRow> {
+  return transaction(pool, async (tx) => {
+    await cancelJobsTx(tx, [jobId], reason);
+    const { rows } = await tx.query<JobRow>('select * from jobs where id = $1', [jobId]);
+    if (!rows[0]) throw new NotFoundError(`job ${jobId} does not exist`);
+    return rows[0];
+  });
+}
+
+/** Cancels the unfinished jobs of a pull request (it was closed); returns their ids. */
+export async function cancelPullRequest(
+  pool: Pool,
+  projectId: string,
+  pullRequest: number,
+): Promise<string[]> {
+  return transaction(pool, async (tx) => {
+    const { rows } = await tx.query<{ id: string }>(
+      `select id from jobs
+        where project_id = $1 and pull_request = $2 and state in ('pending', 'running')`,
+      [projectId, pullRequest],
+    );
+    return cancelJobsTx(
+      tx,
+      rows.map((r) => r.id),
+      `pull request #${pullRequest} was closed`,
+    );
+  });
+}

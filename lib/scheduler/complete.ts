@@ -1,0 +1,191 @@
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
+import type { JobState, TaskState } from '../states.ts';
+import { followUp, skipReachable } from './progress.ts';
+import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
+
+const OUTPUT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** Tells a stale or foreign lease apart from a task that does not exist. */
+async function leaseProblem(db: Queryable, taskId: string): Promise<Error> {
+  const { rows } = await db.query('select 1 from tasks where id = $1', [taskId]);
+  if (rows.length === 0) return new NotFoundError(`task ${taskId} does not exist`);
+  return new ConflictError(
+    `lease is not the task's current one (expired, or held by another worker)`,
+  );
+}
+
+export interface HeartbeatResult {
+  lease_expires_at: Date;
+  /** The job was cancelled: the runner should stop the task and report it. */
+  cancel: boolean;
+}
+
+/** Extends the lease of a running task; only the worker holding its current lease may. */
+export async function heartbeat(
+  pool: Pool,
+  workerId: string,
+  taskId: string,
+  leaseId: string,
+  opts: { leaseS?: number } = {},
+): Promise<HeartbeatResult> {
+  return transaction(pool, async (tx) => {
+    const { rows } = await tx.query<{ lease_expires_at: Date; cancel_requested: boolean }>(
+      `update tasks set lease_expires_at = now() + make_interval(secs => $4)
+        where id = $1 and state = 'running' and lease_id = $2 and worker_id = $3
+        returning lease_expires_at, cancel_requested`,
+      [taskId, leaseId, workerId, opts.leaseS ?? DEFAULT_LEASE_S],
+    );
+    const row = rows[0];
+    if (!row) throw await leaseProblem(tx, taskId);
+    return { lease_expires_at: row.lease_expires_at, cancel: row.cancel_requested };
+  });
+}
+
+export interface Completion {
+  workerId: string;
+  taskId: string;
+  leaseId: string;
+  outcome: 'success' | 'failed' | 'cancelled';
+  exitCode?: number | null;
+  outputs?: Record<string, string>;
+  /** An infrastructure failure (clone, workspace, lost connection): retried while attempts remain. */
+  transient?: boolean;
+  error?: string | null;
+}
+
+export interface CompletionResult {
+  /** The task's state after this completion ('queued' again after a transient failure with attempts left). */
+  state: TaskState;
+  /** The job's final state when this completion settled it, else null. */
+  job_state: JobState | null;
+  job_id: string;
+}
+
+interface Outcome {
+  state: TaskState;
+  jobId: string;
+  /** A final state: children may be ready, or the job may be done. */
+  final: boolean;
+  repeated: boolean;
+}
+
+/**
+ * Records a task outcome under its current lease, then, in a transaction opened
+ * after that commit, promotes the children that became ready and settles the
+ * job. Repeating a completion with the same lease answers the same state.
+ */
+export async function completeTask(pool: Pool, c: Completion): Promise<CompletionResult> {
+  const outputs = c.outputs ?? {};
+  const bad = Object.keys(outputs).filter((name) => !OUTPUT_NAME.test(name));
+  if (bad.length > 0) {
+    throw new ValidationError(
+      bad.map((name) => ({
+        path: `outputs.${name}`,
+        message: 'output names are letters, digits and _',
+      })),
+    );
+  }
+
+  const outcome = await transaction(pool, async (tx): Promise<Outcome> => {
+    // FOR UPDATE: a cancel or a sweep that committed after our snapshot makes
+    // this raise 40001, and the retry sees the cancel flag or the new lease.
+    const found = await tx.query<TaskRow>('select * from tasks where id = $1 for update', [
+      c.taskId,
+    ]);
+    const task = found.rows[0];
+    if (!task) throw new NotFoundError(`task ${c.taskId} does not exist`);
+
+    if (task.state !== 'running' || task.lease_id !== c.leaseId || task.worker_id !== c.workerId) {
+      const previous = await tx.query<AttemptRow>(
+        'select * from task_attempts where task_id = $1 and lease_id = $2',
+        [c.taskId, c.leaseId],
+      );
+      const attempt = previous.rows[0];
+      if (
+        attempt?.finished_at &&
+        attempt.worker_id === c.workerId &&
+        attempt.reported_outcome === c.outcome &&
+        attempt.result_state
+      ) {
+        return {
+          state: attempt.result_state,
+          jobId: task.job_id,
+          final: attempt.result_state !== 'queued',
+          repeated: true,
+        };
+      }
+      throw new ConflictError(
+        `lease is not the task's current one (expired, completed, or held by another worker)`,
+      );
+    }
+
+    let state: TaskState;
+    if (task.cancel_requested) state = 'cancelled';
+    else if (c.outcome === 'success') state = 'success';
+    else if (c.outcome === 'cancelled') state = 'cancelled';
+    else if (c.transient && task.attempt < task.max_attempts) state = 'queued';
+    else state = 'failed';
+
+    const error =
+      state === 'cancelled' && task.cancel_requested ? (c.error ?? 'cancelled') : (c.error ?? null);
+    if (state === 'queued') {
+      await tx.query(
+        `update tasks set state = 'queued', lease_id = null, worker_id = null,
+                          lease_expires_at = null, queued_at = now(), error = $2, exit_code = $3
+          where id = $1`,
+        [task.id, error, c.exitCode ?? null],
+      );
+    } else {
+      await tx.query(
+        `update tasks set state = $2, lease_expires_at = null, finished_at = now(),
+                          error = $3, exit_code = $4
+          where id = $1`,
+        [task.id, state, error, c.exitCode ?? null],
+      );
+    }
+    if (state === 'success' && Object.keys(outputs).length > 0) {
+      await tx.query(
+        `insert into task_outputs (task_id, name, value)
+         select $1, key, value from jsonb_each_text($2::jsonb)
+         on conflict (task_id, name) do update set value = excluded.value`,
+        [task.id, JSON.stringify(outputs)],
+      );
+    }
+    await tx.query(
+      `update task_attempts
+          set outcome = $3, reported_outcome = $4, result_state = $5, transient = $6,
+              exit_code = $7, error = $8, finished_at = now()
+        where task_id = $1 and attempt = $2`,
+      [
+        task.id,
+        task.attempt,
+        state === 'queued' ? 'failed' : state === 'success' ? 'success' : state,
+        c.outcome,
+        state,
+        c.transient ?? false,
+        c.exitCode ?? null,
+        error,
+      ],
+    );
+    const blocks = state === 'cancelled' || (state === 'failed' && !task.allow_failure);
+    if (blocks)
+      await skipReachable(
+        tx,
+        [task.id],
+        `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
+      );
+    return { state, jobId: task.job_id, final: state !== 'queued', repeated: false };
+  });
+
+  if (!outcome.final) return { state: outcome.state, job_state: null, job_id: outcome.jobId };
+  // A repeat runs the follow-up again too: if the first one was lost (the
+  // runner's connection dropped after the outcome committed), this finishes
+  // it. It still answers job_state null: only the first completion reports.
+  const follow = await followUp(pool, outcome.jobId, c.taskId);
+  return {
+    state: outcome.state,
+    job_state: outcome.repeated ? null : follow.jobState,
+    job_id: outcome.jobId,
+  };
+}

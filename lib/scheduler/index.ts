@@ -1,0 +1,23 @@
+export { cancelJob, cancelJobsTx, cancelPullRequest } from './cancel.ts';
+export { type ClaimedTask, type ClaimOptions, claimTask } from './claim.ts';
+export {
+  type Completion,
+  type CompletionResult,
+  completeTask,
+  type HeartbeatResult,
+  heartbeat,
+} from './complete.ts';
+export {
+  type CreatedJob,
+  createJob,
+  failJob,
+  getJob,
+  type NewJob,
+  noteCompileError,
+  type StartResult,
+  startJob,
+} from './jobs.ts';
+export { type FollowUpResult, followUp, settleJob } from './progress.ts';
+export { type RerunResult, rerunJob } from './rerun.ts';
+export { formatDuration, type SweepOptions, type SweepSummary, sweep } from './sweep.ts';
+export * from './types.ts';

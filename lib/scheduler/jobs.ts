@@ -1,0 +1,269 @@
+import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
+import type { JobState, JobTrigger } from '../states.ts';
+import { cancelJobsTx } from './cancel.ts';
+import { type FollowUpResult, followUp, skipReachable } from './progress.ts';
+import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
+
+export interface NewJob {
+  projectId: string;
+  ref: string;
+  sha: string;
+  trigger: JobTrigger;
+  trusted: boolean;
+  pullRequest?: number | null;
+  /** The branch a pull request merges into. */
+  baseRef?: string | null;
+  /** The forge's delivery id: a delivery seen before answers its job. */
+  deliveryId?: string | null;
+  rerunOf?: string | null;
+}
+
+export interface CreatedJob {
+  job: JobRow;
+  /** True when the delivery id was seen before and `job` is the job it created. */
+  duplicate: boolean;
+  /** Older unfinished jobs of the same ref that this one cancelled. */
+  superseded: string[];
+}
+
+async function jobByDelivery(db: Queryable, projectId: string, deliveryId: string) {
+  const { rows } = await db.query<JobRow>(
+    'select * from jobs where project_id = $1 and delivery_id = $2',
+    [projectId, deliveryId],
+  );
+  return rows[0];
+}
+
+function supersedes(job: NewJob): boolean {
+  return job.trigger !== 'rerun' && job.trigger !== 'tag' && !job.ref.startsWith('refs/tags/');
+}
+
+/** Inserts a pending job with the project's next number, inside the caller's transaction. */
+export async function createJobTx(tx: Queryable, input: NewJob): Promise<CreatedJob> {
+  if (input.deliveryId) {
+    const existing = await jobByDelivery(tx, input.projectId, input.deliveryId);
+    if (existing) return { job: existing, duplicate: true, superseded: [] };
+  }
+  // The counter row serialises creations per project: a concurrent creation
+  // that committed after our snapshot makes this UPDATE raise 40001, and the
+  // retry sees its job (and its delivery id) in the fresh snapshot.
+  const project = await tx.query<{ job_counter: number; cancel_superseded: boolean }>(
+    `update projects set job_counter = job_counter + 1
+      where id = $1 returning job_counter, cancel_superseded`,
+    [input.projectId],
+  );
+  const counter = project.rows[0];
+  if (!counter) throw new NotFoundError(`project "${input.projectId}" does not exist`);
+  const { rows } = await tx.query<JobRow>(
+    `insert into jobs (project_id, number, trigger, ref, sha, base_ref, pull_request, delivery_id,
+                       trusted, rerun_of, dispatched_at, compile_attempts)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), 1)
+     returning *`,
+    [
+      input.projectId,
+      counter.job_counter,
+      input.trigger,
+      input.ref,
+      input.sha,
+      input.baseRef ?? null,
+      input.pullRequest ?? null,
+      input.deliveryId ?? null,
+      input.trusted,
+      input.rerunOf ?? null,
+    ],
+  );
+  const job = rows[0]!;
+  let superseded: string[] = [];
+  if (counter.cancel_superseded && supersedes(input)) {
+    const older = await tx.query<{ id: string }>(
+      `select id from jobs
+        where project_id = $1 and ref = $2 and number < $3 and state in ('pending', 'running')
+        order by number`,
+      [input.projectId, input.ref, job.number],
+    );
+    superseded = older.rows.map((r) => r.id);
+    await cancelJobsTx(tx, superseded, `superseded by job #${job.number}`);
+  }
+  return { job, duplicate: false, superseded };
+}
+
+/**
+ * Creates a pending job for a project. A delivery id seen before, even by a
+ * creation running at the same moment, answers the existing job.
+ */
+export async function createJob(pool: Pool, input: NewJob): Promise<CreatedJob> {
+  try {
+    return await transaction(pool, (tx) => createJobTx(tx, input));
+  } catch (err) {
+    // Two first deliveries racing: the loser's INSERT hits the unique key.
+    if (sqlState(err) === SQLSTATE.uniqueViolation && input.deliveryId) {
+      const existing = await jobByDelivery(pool, input.projectId, input.deliveryId);
+      if (existing) return { job: existing, duplicate: true, superseded: [] };
+    }
+    throw err;
+  }
+}
+
+/**
+ * Inserts a job's tasks and their edges: tasks without needs queued, the rest
+ * waiting; a task listing a secret the project lacks failed, naming it, and the
+ * tasks reachable from it skipped.
+ */
+export async function insertTasksTx(
+  tx: Queryable,
+  job: { id: string; project_id: string; created_at: Date },
+  specs: TaskSpec[],
+): Promise<void> {
+  if (specs.length === 0) return;
+  const records = specs.map((s) => ({
+    position: s.position,
+    name: s.name,
+    base_name: s.baseName,
+    matrix: s.matrix,
+    image: s.image,
+    script: s.script,
+    env: s.env,
+    labels: s.labels,
+    needs: s.needs,
+    secrets: s.secrets,
+    outputs: s.outputs,
+    allow_failure: s.allowFailure,
+    max_attempts: s.maxAttempts,
+    timeout_s: s.timeoutS,
+    kept_from: s.kept?.from ?? null,
+    kept_attempt: s.kept?.attempt ?? null,
+    kept_exit_code: s.kept?.exitCode ?? null,
+    kept_started_at: s.kept?.startedAt ?? null,
+    kept_finished_at: s.kept?.finishedAt ?? null,
+  }));
+  // One statement for all tasks; a job can have hundreds.
+  await tx.query(
+    `insert into tasks (job_id, job_created_at, position, name, base_name, matrix, image, script,
+                        env, labels, needs, secrets, outputs, allow_failure, max_attempts,
+                        timeout_s, state, queued_at, attempt, exit_code, copied_from,
+                        started_at, finished_at)
+     select $1, $2, r.position, r.name, r.base_name, r.matrix, r.image, r.script,
+            r.env, r.labels, r.needs, r.secrets, r.outputs, r.allow_failure, r.max_attempts,
+            r.timeout_s,
+            case when r.kept_from is not null then 'success'
+                 when cardinality(r.needs) = 0 then 'queued' else 'waiting' end,
+            case when r.kept_from is null and cardinality(r.needs) = 0 then now() end,
+            coalesce(r.kept_attempt, 0), r.kept_exit_code, r.kept_from,
+            r.kept_started_at, r.kept_finished_at
+       from jsonb_to_recordset($3::jsonb) as r (
+              position int, name text, base_name text, matrix jsonb, image text, script text[],
+              env jsonb, labels text[], needs text[], secrets text[], outputs text[],
+              allow_failure boolean, max_attempts int, timeout_s int, kept_from uuid,
+              kept_attempt int, kept_exit_code int, kept_started_at timestamptz,
+              kept_finished_at timestamptz)`,
+    [job.id, job.created_at, JSON.stringify(records)],
+  );
+  await tx.query(
+    `insert into task_needs (task_id, need_id)
+     select c.id, p.id
+       from tasks c
+       cross join lateral unnest(c.needs) as n (name)
+       join tasks p on p.job_id = c.job_id and p.name = n.name
+      where c.job_id = $1`,
+    [job.id],
+  );
+  if (specs.some((s) => s.kept)) {
+    await tx.query(
+      `insert into task_outputs (task_id, name, value)
+       select t.id, o.name, o.value
+         from tasks t join task_outputs o on o.task_id = t.copied_from
+        where t.job_id = $1`,
+      [job.id],
+    );
+  }
+  const missing = await tx.query<{ id: string; name: string; allow_failure: boolean }>(
+    `update tasks t
+        set state = 'failed', finished_at = now(), queued_at = null,
+            error = m.message
+       from (select t.id,
+                    case when count(*) = 1
+                         then format('secret %s is not set for project %s', string_agg(s.name, ', '), $2::text)
+                         else format('secrets %s are not set for project %s',
+                                     string_agg(s.name, ', ' order by s.name), $2::text) end as message
+               from tasks t cross join lateral unnest(t.secrets) as s (name)
+              where t.job_id = $1
+                and not exists (select 1 from project_secrets ps
+                                 where ps.project_id = $2 and ps.name = s.name)
+              group by t.id) m
+      where t.id = m.id and t.state in ('queued', 'waiting')
+      returning t.id, t.name, t.allow_failure`,
+    [job.id, job.project_id],
+  );
+  for (const row of missing.rows) {
+    if (!row.allow_failure) await skipReachable(tx, [row.id], `skipped: ${row.name} failed`);
+  }
+}
+
+export interface StartResult {
+  /** False when the job was no longer pending (a second compile of the same job). */
+  started: boolean;
+  state: JobState;
+  /** The job's final state when starting it settled it (no tasks, or none runnable). */
+  jobState: JobState | null;
+}
+
+/**
+ * Starts a pending job with its compiled tasks. Conditional on 'pending', so a
+ * compile invoked twice starts it once.
+ */
+export async function startJob(
+  pool: Pool,
+  jobId: string,
+  pipeline: { name: string | null; tasks: TaskSpec[] },
+): Promise<StartResult> {
+  const started = await transaction(pool, async (tx) => {
+    // FOR UPDATE: a second compile blocks here, then raises 40001 once the
+    // first commits; its retry reads 'running' and stops.
+    const { rows } = await tx.query<JobRow>('select * from jobs where id = $1 for update', [jobId]);
+    const job = rows[0];
+    if (!job) throw new NotFoundError(`job ${jobId} does not exist`);
+    if (job.state !== 'pending') return { started: false, state: job.state };
+    await insertTasksTx(tx, job, pipeline.tasks);
+    await tx.query(
+      `update jobs set state = 'running', started_at = now(), pipeline_name = $2,
+                       error = null, errors = null
+        where id = $1`,
+      [jobId, pipeline.name],
+    );
+    return { started: true, state: 'running' as JobState };
+  });
+  if (!started.started) return { ...started, jobState: null };
+  const follow: FollowUpResult = await followUp(pool, jobId);
+  return { started: true, state: follow.jobState ?? 'running', jobState: follow.jobState };
+}
+
+/** Fails a pending job whose pipeline did not compile, keeping every error. Answers false if it was not pending. */
+export async function failJob(
+  pool: Pool,
+  jobId: string,
+  error: string,
+  errors: JobErrorEntry[] | null = null,
+): Promise<boolean> {
+  return transaction(pool, async (tx) => {
+    const { rowCount } = await tx.query(
+      `update jobs set state = 'failed', error = $2, errors = $3::jsonb, finished_at = now()
+        where id = $1 and state = 'pending'`,
+      [jobId, error, errors === null ? null : JSON.stringify(errors)],
+    );
+    return rowCount === 1;
+  });
+}
+
+/** Records why a compile could not run yet (the forge was down) on a job left pending for the sweep to retry. */
+export async function noteCompileError(pool: Pool, jobId: string, error: string): Promise<void> {
+  await transaction(pool, (tx) =>
+    tx.query(`update jobs set error = $2 where id = $1 and state = 'pending'`, [jobId, error]),
+  );
+}
+
+/** A job by id, or undefined. */
+export async function getJob(db: Queryable, jobId: string): Promise<JobRow | undefined> {
+  const { rows } = await db.query<JobRow>('select * from jobs where id = $1', [jobId]);
+  return rows[0];
+}

@@ -1,0 +1,165 @@
+// How a job moves forward once a task has finished: skipping what can no longer
+// run, promoting what became ready, settling the job. Promotion and settle run
+// in a transaction opened AFTER the outcome committed (see followUp): under
+// REPEATABLE READ a snapshot taken before a sibling's commit still sees that
+// sibling running, so deciding inside the completing transaction strands
+// children and jobs when two tasks finish at once.
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import type { JobState } from '../states.ts';
+
+/** Skips every waiting or queued task reachable from `fromIds`; returns how many. */
+export async function skipReachable(
+  tx: Queryable,
+  fromIds: string[],
+  because: string,
+): Promise<number> {
+  if (fromIds.length === 0) return 0;
+  const { rowCount } = await tx.query(
+    `with recursive reach (id) as (
+       select n.task_id from task_needs n where n.need_id = any($1::uuid[])
+       union
+       select n.task_id from task_needs n join reach r on n.need_id = r.id
+     )
+     update tasks t
+        set state = 'skipped', finished_at = now(), error = $2
+       from reach r
+      where t.id = r.id and t.state in ('waiting', 'queued')`,
+    [fromIds, because],
+  );
+  return rowCount ?? 0;
+}
+
+export interface PromoteResult {
+  promoted: number;
+  failed: number;
+  skipped: number;
+}
+
+/**
+ * Promotes the waiting tasks of a running job whose needs have all finished.
+ * With `parentId`, only that task's children are considered (the completion
+ * path); without, every waiting task of the job (the sweep). A child whose
+ * producer declared an output it did not give fails instead, naming both; a
+ * child of a task that did not succeed (and was not allowed to fail) is skipped.
+ */
+export async function promoteReady(
+  tx: Queryable,
+  jobId: string,
+  parentId?: string,
+): Promise<PromoteResult> {
+  const { rows } = await tx.query<{
+    id: string;
+    name: string;
+    blocked_by: string | null;
+    missing: string | null;
+  }>(
+    `select w.id, w.name,
+            (select string_agg(p.name, ', ' order by p.position)
+               from task_needs n join tasks p on p.id = n.need_id
+              where n.task_id = w.id
+                and (p.state in ('skipped', 'cancelled') or (p.state = 'failed' and not p.allow_failure))
+            ) as blocked_by,
+            (select string_agg(format('output "%s" of "%s"', o.name, p.name), ', ' order by p.position, o.name)
+               from task_needs n join tasks p on p.id = n.need_id
+               cross join lateral unnest(p.outputs) as o (name)
+              where n.task_id = w.id
+                and not exists (select 1 from task_outputs x where x.task_id = p.id and x.name = o.name)
+            ) as missing
+       from tasks w
+      where w.job_id = $1
+        and w.state = 'waiting'
+        and ($2::uuid is null or w.id in (select task_id from task_needs where need_id = $2::uuid))
+        and exists (select 1 from jobs j where j.id = $1 and j.state = 'running')
+        and not exists (
+              select 1 from task_needs n join tasks p on p.id = n.need_id
+               where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
+      order by w.position`,
+    [jobId, parentId ?? null],
+  );
+  const result: PromoteResult = { promoted: 0, failed: 0, skipped: 0 };
+  const ready: string[] = [];
+  for (const row of rows) {
+    if (row.blocked_by !== null) {
+      // Normally skipped already by the failure itself; this catches the rest.
+      const { rowCount } = await tx.query(
+        `update tasks set state = 'skipped', finished_at = now(), error = $2
+          where id = $1 and state = 'waiting'`,
+        [row.id, `skipped: ${row.blocked_by} did not succeed`],
+      );
+      result.skipped += rowCount ?? 0;
+      result.skipped += await skipReachable(tx, [row.id], `skipped: ${row.name} did not run`);
+    } else if (row.missing !== null) {
+      const { rowCount } = await tx.query(
+        `update tasks set state = 'failed', finished_at = now(), error = $2
+          where id = $1 and state = 'waiting'`,
+        [row.id, `needs ${row.missing}, which finished without it`],
+      );
+      result.failed += rowCount ?? 0;
+      result.skipped += await skipReachable(tx, [row.id], `skipped: ${row.name} failed`);
+    } else {
+      ready.push(row.id);
+    }
+  }
+  if (ready.length > 0) {
+    // Conditional on 'waiting': when two follow-ups race to promote the same
+    // child, the loser's UPDATE hits the winner's commit (40001), retries, and
+    // finds nothing left to promote.
+    const { rowCount } = await tx.query(
+      `update tasks set state = 'queued', queued_at = now()
+        where id = any($1::uuid[]) and state = 'waiting'`,
+      [ready],
+    );
+    result.promoted += rowCount ?? 0;
+  }
+  return result;
+}
+
+/**
+ * Settles a running job with nothing left to do: failed if a task failed or was
+ * cancelled without allow_failure, else success. Conditional on 'running', so
+ * of two racing settles exactly one moves the row and reports the new state.
+ */
+export async function settleJob(tx: Queryable, jobId: string): Promise<JobState | null> {
+  const { rows } = await tx.query<{ state: JobState }>(
+    `update jobs j
+        set state = case when exists (
+                      select 1 from tasks t
+                       where t.job_id = j.id and t.state in ('failed', 'cancelled') and not t.allow_failure)
+                    then 'failed' else 'success' end,
+            finished_at = now()
+      where j.id = $1
+        and j.state = 'running'
+        and not exists (
+              select 1 from tasks t
+               where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
+      returning j.state`,
+    [jobId],
+  );
+  return rows[0]?.state ?? null;
+}
+
+export interface FollowUpResult extends PromoteResult {
+  /** The job's new state when this follow-up settled it, else null. */
+  jobState: JobState | null;
+}
+
+/**
+ * The transaction that runs after a task outcome commits: promote the children
+ * that became ready, then settle the job if nothing is left.
+ */
+export async function followUp(
+  pool: Pool,
+  jobId: string,
+  parentId?: string,
+): Promise<FollowUpResult> {
+  return transaction(
+    pool,
+    async (tx) => {
+      const promoted = await promoteReady(tx, jobId, parentId);
+      const jobState = await settleJob(tx, jobId);
+      return { ...promoted, jobState };
+    },
+    // Fan-ins make these collide on the child row; retries are cheap reads.
+    { maxRetries: 20 },
+  );
+}

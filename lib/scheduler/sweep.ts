@@ -1,0 +1,246 @@
+// The sweep repairs what a crash or a vanished runner left behind. It finds
+// candidates with cheap indexed reads, then repairs each in its own short
+// transaction that re-checks state and lease under a row lock: one long sweep
+// transaction would be aborted by any heartbeat on a row it touched, and would
+// hold locks runners are waiting for.
+import { type Pool, transaction } from '../db/index.ts';
+import type { TaskState } from '../states.ts';
+import { followUp, skipReachable } from './progress.ts';
+import type { JobRow, TaskRow } from './types.ts';
+
+export interface SweepOptions {
+  /** Most rows each step repairs per sweep, so one sweep stays short. Default 200. */
+  batch?: number;
+  /** A pending job whose compile was dispatched longer ago than this is dispatched again. Default 120 s. */
+  compileStaleS?: number;
+  /** Dispatches of a compile before the job fails. Default 5. */
+  maxCompileAttempts?: number;
+}
+
+export interface SweepSummary {
+  leases_expired: number;
+  tasks_requeued: number;
+  tasks_failed: number;
+  tasks_timed_out: number;
+  tasks_promoted: number;
+  tasks_skipped: number;
+  jobs_settled: number;
+  compiles_redispatched: number;
+  compiles_failed: number;
+  /** Jobs whose compile the caller must dispatch again. */
+  dispatch: string[];
+}
+
+/** Formats seconds the way pipeline files write them: 90s, 10m, 2h, or 1h30m. */
+export function formatDuration(seconds: number): string {
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  const s = seconds % 60;
+  const parts = [h ? `${h}h` : '', m ? `${m}m` : '', s ? `${s}s` : ''].filter(Boolean);
+  return parts.length ? parts.join('') : '0s';
+}
+
+type Repair = { state: TaskState; jobId: string } | null;
+
+/** Ends the current attempt of a running task as lost or timed out, re-checked under its row lock. */
+async function endAttempt(
+  pool: Pool,
+  taskId: string,
+  leaseId: string,
+  kind: 'lost' | 'timed_out',
+): Promise<Repair> {
+  return transaction(pool, async (tx) => {
+    const { rows } = await tx.query<TaskRow & { expired: boolean; timed_out: boolean }>(
+      `select t.*, t.lease_expires_at < now() as expired,
+              a.started_at + make_interval(secs => t.timeout_s) < now() as timed_out
+         from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
+        where t.id = $1
+        for update of t`,
+      [taskId],
+    );
+    const task = rows[0];
+    // A heartbeat, a completion or another sweep got there first.
+    if (!task || task.state !== 'running' || task.lease_id !== leaseId) return null;
+    if (kind === 'lost' && !task.expired) return null;
+    if (kind === 'timed_out' && !task.timed_out) return null;
+
+    let state: TaskState;
+    let error: string;
+    if (task.cancel_requested) {
+      state = 'cancelled';
+      error = 'cancelled';
+    } else if (kind === 'timed_out') {
+      state = 'failed';
+      error = `timed out after ${formatDuration(task.timeout_s)}`;
+    } else {
+      // An expired lease is a transient failure: the runner vanished.
+      state = task.attempt < task.max_attempts ? 'queued' : 'failed';
+      error =
+        state === 'queued'
+          ? 'lease expired: the runner stopped reporting; queued again'
+          : `lease expired: the runner stopped reporting (attempt ${task.attempt} of ${task.max_attempts})`;
+    }
+    if (state === 'queued') {
+      await tx.query(
+        `update tasks set state = 'queued', lease_id = null, worker_id = null,
+                          lease_expires_at = null, queued_at = now(), error = $2
+          where id = $1`,
+        [task.id, error],
+      );
+    } else {
+      await tx.query(
+        `update tasks set state = $2, lease_expires_at = null, finished_at = now(), error = $3
+          where id = $1`,
+        [task.id, state, error],
+      );
+    }
+    await tx.query(
+      `update task_attempts set outcome = $3, transient = $4, error = $5, result_state = $6,
+                                finished_at = now()
+        where task_id = $1 and attempt = $2`,
+      [task.id, task.attempt, kind, kind === 'lost', error, state],
+    );
+    if (state === 'cancelled' || (state === 'failed' && !task.allow_failure)) {
+      await skipReachable(
+        tx,
+        [task.id],
+        `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
+      );
+    }
+    return { state, jobId: task.job_id };
+  });
+}
+
+/** Dispatches a lost compile again, or fails the job once it has had its attempts. */
+async function redispatch(
+  pool: Pool,
+  jobId: string,
+  staleS: number,
+  maxAttempts: number,
+): Promise<'dispatch' | 'failed' | null> {
+  return transaction(pool, async (tx) => {
+    const { rows } = await tx.query<JobRow & { stale: boolean }>(
+      `select *, (dispatched_at is null or dispatched_at < now() - make_interval(secs => $2)) as stale
+         from jobs where id = $1 for update`,
+      [jobId, staleS],
+    );
+    const job = rows[0];
+    if (!job || job.state !== 'pending' || !job.stale) return null;
+    if (job.compile_attempts >= maxAttempts) {
+      const reason = job.error ? `: ${job.error}` : '';
+      await tx.query(
+        `update jobs set state = 'failed', finished_at = now(), error = $2 where id = $1`,
+        [jobId, `the pipeline could not be read after ${job.compile_attempts} attempts${reason}`],
+      );
+      return 'failed';
+    }
+    await tx.query(
+      `update jobs set dispatched_at = now(), compile_attempts = compile_attempts + 1 where id = $1`,
+      [jobId],
+    );
+    return 'dispatch';
+  });
+}
+
+/**
+ * One pass of repairs: expired leases, timed-out tasks, ready waiting tasks,
+ * running jobs with nothing left, and lost compiles. Safe to run concurrently
+ * with itself and with traffic; answers what it did.
+ */
+export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepSummary> {
+  const batch = opts.batch ?? 200;
+  const staleS = opts.compileStaleS ?? 120;
+  const maxCompileAttempts = opts.maxCompileAttempts ?? 5;
+  const summary: SweepSummary = {
+    leases_expired: 0,
+    tasks_requeued: 0,
+    tasks_failed: 0,
+    tasks_timed_out: 0,
+    tasks_promoted: 0,
+    tasks_skipped: 0,
+    jobs_settled: 0,
+    compiles_redispatched: 0,
+    compiles_failed: 0,
+    dispatch: [],
+  };
+  const jobsToFollow = new Set<string>();
+
+  const expired = await pool.query<{ id: string; lease_id: string }>(
+    `select id, lease_id from tasks
+      where state = 'running' and lease_expires_at < now()
+      order by lease_expires_at limit $1`,
+    [batch],
+  );
+  for (const row of expired.rows) {
+    const repair = await endAttempt(pool, row.id, row.lease_id, 'lost');
+    if (!repair) continue;
+    summary.leases_expired++;
+    if (repair.state === 'queued') summary.tasks_requeued++;
+    else if (repair.state === 'failed') summary.tasks_failed++;
+    if (repair.state !== 'queued') jobsToFollow.add(repair.jobId);
+  }
+
+  const timedOut = await pool.query<{ id: string; lease_id: string }>(
+    `select t.id, t.lease_id
+       from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
+      where t.state = 'running' and a.started_at + make_interval(secs => t.timeout_s) < now()
+      limit $1`,
+    [batch],
+  );
+  for (const row of timedOut.rows) {
+    const repair = await endAttempt(pool, row.id, row.lease_id, 'timed_out');
+    if (!repair) continue;
+    summary.tasks_timed_out++;
+    if (repair.state === 'failed') summary.tasks_failed++;
+    jobsToFollow.add(repair.jobId);
+  }
+
+  // Ready waiting tasks and running jobs with nothing left: a follow-up that
+  // never ran (a crash between the outcome's commit and the follow-up).
+  const stalled = await pool.query<{ job_id: string }>(
+    `(select distinct w.job_id
+        from tasks w
+       where w.state = 'waiting'
+         and not exists (
+               select 1 from task_needs n join tasks p on p.id = n.need_id
+                where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
+       limit $1)
+     union
+     (select j.id
+        from jobs j
+       where j.state = 'running'
+         and not exists (
+               select 1 from tasks t
+                where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
+       limit $1)`,
+    [batch],
+  );
+  for (const row of stalled.rows) jobsToFollow.add(row.job_id);
+
+  for (const jobId of jobsToFollow) {
+    const follow = await followUp(pool, jobId);
+    summary.tasks_promoted += follow.promoted;
+    summary.tasks_failed += follow.failed;
+    summary.tasks_skipped += follow.skipped;
+    if (follow.jobState) summary.jobs_settled++;
+  }
+
+  const pending = await pool.query<{ id: string }>(
+    `select id from jobs
+      where state = 'pending'
+        and (dispatched_at is null or dispatched_at < now() - make_interval(secs => $1))
+      order by dispatched_at nulls first
+      limit $2`,
+    [staleS, batch],
+  );
+  for (const row of pending.rows) {
+    const result = await redispatch(pool, row.id, staleS, maxCompileAttempts);
+    if (result === 'dispatch') {
+      summary.compiles_redispatched++;
+      summary.dispatch.push(row.id);
+    } else if (result === 'failed') {
+      summary.compiles_failed++;
+    }
+  }
+  return summary;
+}

@@ -1,0 +1,118 @@
+import type { AttemptOutcome, JobState, JobTrigger, TaskState } from '../states.ts';
+
+/** A job as stored; field names are the API's. */
+export interface JobRow {
+  id: string;
+  project_id: string;
+  number: number;
+  state: JobState;
+  trigger: JobTrigger;
+  ref: string;
+  sha: string;
+  base_ref: string | null;
+  pull_request: number | null;
+  delivery_id: string | null;
+  trusted: boolean;
+  rerun_of: string | null;
+  pipeline_name: string | null;
+  error: string | null;
+  errors: JobErrorEntry[] | null;
+  compile_attempts: number;
+  dispatched_at: Date | null;
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+export interface JobErrorEntry {
+  line: number;
+  column: number;
+  path: string;
+  message: string;
+}
+
+/** A task as stored. */
+export interface TaskRow {
+  id: string;
+  job_id: string;
+  position: number;
+  name: string;
+  base_name: string;
+  matrix: Record<string, string>;
+  image: string | null;
+  script: string[];
+  env: Record<string, string>;
+  labels: string[];
+  needs: string[];
+  secrets: string[];
+  outputs: string[];
+  state: TaskState;
+  attempt: number;
+  max_attempts: number;
+  lease_id: string | null;
+  worker_id: string | null;
+  lease_expires_at: Date | null;
+  allow_failure: boolean;
+  timeout_s: number;
+  cancel_requested: boolean;
+  exit_code: number | null;
+  error: string | null;
+  copied_from: string | null;
+  job_created_at: Date;
+  created_at: Date;
+  queued_at: Date | null;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+export interface AttemptRow {
+  task_id: string;
+  attempt: number;
+  lease_id: string;
+  worker_id: string | null;
+  reported_outcome: string | null;
+  result_state: TaskState | null;
+  outcome: AttemptOutcome | null;
+  transient: boolean | null;
+  exit_code: number | null;
+  error: string | null;
+  log_size: number;
+  started_at: Date;
+  finished_at: Date | null;
+}
+
+/** What a task needs to be inserted: the compiler's output, or a copy of an earlier job's task. */
+export interface TaskSpec {
+  name: string;
+  baseName: string;
+  matrix: Record<string, string>;
+  image: string | null;
+  script: string[];
+  env: Record<string, string>;
+  labels: string[];
+  needs: string[];
+  secrets: string[];
+  outputs: string[];
+  allowFailure: boolean;
+  maxAttempts: number;
+  timeoutS: number;
+  position: number;
+  /** A failed-only rerun keeps a successful task as it was. */
+  kept?: {
+    from: string;
+    attempt: number;
+    exitCode: number | null;
+    startedAt: Date | null;
+    finishedAt: Date | null;
+  };
+}
+
+/** Scheduler settings; every field has a default. */
+export interface SchedulerOptions {
+  /** Seconds a claim or heartbeat holds a task. */
+  leaseS?: number;
+  /** Retries of a claim that keeps hitting 40001 before it answers "nothing". */
+  claimRetries?: number;
+}
+
+export const DEFAULT_LEASE_S = 60;
