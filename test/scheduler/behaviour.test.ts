@@ -1,0 +1,450 @@
+import assert from 'node:assert/strict';
+import { beforeEach, test } from 'node:test';
+import { createPool } from '../../lib/db/index.ts';
+import { ConflictError, NotFoundError } from '../../lib/errors.ts';
+import {
+  cancelJob,
+  cancelPullRequest,
+  claimTask,
+  completeTask,
+  createJob,
+  heartbeat,
+  rerunJob,
+} from '../../lib/scheduler/index.ts';
+import { testDatabase } from '../helpers/db.ts';
+import {
+  jobState,
+  makeProject,
+  makeWorker,
+  sha,
+  spec,
+  startedJob,
+  tasksOf,
+} from '../helpers/fixtures.ts';
+
+const db = await testDatabase(import.meta.filename);
+const { pool } = db;
+
+// Tests share one database; cancel what a test left unfinished so the next
+// one's claims only see its own tasks.
+beforeEach(async () => {
+  const { rows } = await pool.query(`select id from jobs where state in ('pending', 'running')`);
+  for (const row of rows) await cancelJob(pool, row.id);
+  await pool.query(
+    `update tasks set state = 'cancelled', finished_at = now() where state = 'running'`,
+  );
+});
+
+async function claimNamed(worker: string, name: string, labels: string[] = []) {
+  const task = await claimTask(pool, worker, labels);
+  assert.ok(task, `a task is claimable (wanted ${name})`);
+  assert.equal(task.name, name);
+  return task;
+}
+
+type Outcome = 'success' | 'failed' | 'cancelled';
+async function finish(
+  worker: string,
+  task: { id: string; lease_id: string | null },
+  outcome: Outcome,
+  more: { transient?: boolean; outputs?: Record<string, string>; error?: string } = {},
+) {
+  return completeTask(pool, {
+    workerId: worker,
+    taskId: task.id,
+    leaseId: task.lease_id!,
+    outcome,
+    ...more,
+  });
+}
+
+test('a transient failure is queued again until its attempts run out, then fails', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [spec('flaky', { maxAttempts: 3 })]);
+  for (const attempt of [1, 2]) {
+    const t = await claimNamed(worker, 'flaky');
+    assert.equal(t.attempt, attempt);
+    const r = await finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
+    assert.deepEqual([r.state, r.job_state], ['queued', null]);
+  }
+  const t = await claimNamed(worker, 'flaky');
+  assert.equal(t.attempt, 3);
+  const r = await finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
+  assert.deepEqual([r.state, r.job_state], ['failed', 'failed']);
+  const { rows } = await pool.query(
+    'select attempt, outcome, transient, result_state from task_attempts where task_id = $1 order by attempt',
+    [t.id],
+  );
+  assert.deepEqual(
+    rows.map((a) => [a.attempt, a.outcome, a.transient, a.result_state]),
+    [
+      [1, 'failed', true, 'queued'],
+      [2, 'failed', true, 'queued'],
+      [3, 'failed', true, 'failed'],
+    ],
+  );
+  assert.equal(await jobState(pool, job.id), 'failed');
+});
+
+test("a script's own failure is final even with attempts left", async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  await startedJob(pool, project, [spec('lint', { maxAttempts: 3 })]);
+  const t = await claimNamed(worker, 'lint');
+  const r = await finish(worker, t, 'failed', { transient: false });
+  assert.deepEqual([r.state, r.job_state], ['failed', 'failed']);
+});
+
+test('a failure skips every task reachable from it, and the job fails', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('build'),
+    spec('other'),
+    spec('test', { needs: ['build'] }),
+    spec('package', { needs: ['test'] }),
+    spec('deploy', { needs: ['package', 'other'] }),
+  ]);
+  const build = await claimNamed(worker, 'build');
+  await finish(worker, build, 'failed');
+  let tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.test!.state, 'skipped');
+  assert.equal(tasks.package!.state, 'skipped');
+  assert.equal(tasks.deploy!.state, 'skipped');
+  assert.match(tasks.deploy!.error!, /build failed/);
+  assert.equal(tasks.other!.state, 'queued', 'an unrelated branch goes on');
+  const other = await claimNamed(worker, 'other');
+  const r = await finish(worker, other, 'success');
+  assert.equal(r.job_state, 'failed');
+  tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.deploy!.state, 'skipped', 'a skipped task stays skipped');
+});
+
+test('an allow_failure task that fails lets its dependents run and the job succeed', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('optional', { allowFailure: true }),
+    spec('after', { needs: ['optional'] }),
+  ]);
+  await finish(worker, await claimNamed(worker, 'optional'), 'failed');
+  assert.equal((await tasksOf(pool, job.id)).after!.state, 'queued');
+  const r = await finish(worker, await claimNamed(worker, 'after'), 'success');
+  assert.equal(r.job_state, 'success');
+});
+
+test('a task whose producer did not give a declared output fails at promotion, naming both', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('build', { outputs: ['version', 'digest'] }),
+    spec('deploy', { needs: ['build'] }),
+    spec('notify', { needs: ['deploy'] }),
+  ]);
+  const r = await finish(worker, await claimNamed(worker, 'build'), 'success', {
+    outputs: { version: '1' },
+  });
+  assert.equal(r.job_state, 'failed', 'nothing is left to run, so the job settles');
+  const tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.deploy!.state, 'failed');
+  assert.equal(tasks.deploy!.error, 'needs output "digest" of "build", which finished without it');
+  assert.equal(tasks.notify!.state, 'skipped');
+  assert.equal(await claimTask(pool, worker, []), null, 'the failed child was never claimable');
+});
+
+test('an allow_failure producer that failed without its output fails the consumer', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('probe', { allowFailure: true, outputs: ['result'] }),
+    spec('use', { needs: ['probe'] }),
+  ]);
+  await finish(worker, await claimNamed(worker, 'probe'), 'failed');
+  const tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.use!.state, 'failed');
+  assert.match(tasks.use!.error!, /output "result" of "probe"/);
+  assert.equal(await jobState(pool, job.id), 'failed');
+});
+
+test('a task listing a secret the project lacks fails when the job starts, naming it', async () => {
+  const project = await makeProject(pool, { secrets: ['NPM_TOKEN'] });
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('ok', { secrets: ['NPM_TOKEN'] }),
+    spec('deploy', { secrets: ['NPM_TOKEN', 'DEPLOY_KEY'] }),
+    spec('after-deploy', { needs: ['deploy'] }),
+  ]);
+  const tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.ok!.state, 'queued');
+  assert.equal(tasks.deploy!.state, 'failed');
+  assert.equal(tasks.deploy!.error, `secret DEPLOY_KEY is not set for project ${project}`);
+  assert.equal(tasks['after-deploy']!.state, 'skipped');
+  const r = await finish(worker, await claimNamed(worker, 'ok'), 'success');
+  assert.equal(r.job_state, 'failed');
+});
+
+test('claims take the oldest job first and only tasks whose labels the worker has', async () => {
+  const project = await makeProject(pool);
+  const older = await startedJob(pool, project, [
+    spec('gpu-task', { labels: ['gpu'] }),
+    spec('plain'),
+  ]);
+  const newer = await startedJob(pool, project, [spec('plain-new')]);
+  const linux = await makeWorker(pool, ['linux']);
+  const first = await claimTask(pool, linux, ['linux']);
+  assert.equal(first?.name, 'plain', 'the gpu task is not for this worker');
+  assert.equal(first?.job_id, older.id);
+  assert.equal((await claimTask(pool, linux, ['linux']))?.job_id, newer.id);
+  assert.equal(await claimTask(pool, linux, ['linux']), null);
+  const gpu = await makeWorker(pool, ['gpu', 'linux']);
+  assert.equal((await claimTask(pool, gpu, ['gpu', 'linux']))?.name, 'gpu-task');
+});
+
+test('an empty claim writes nothing', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  // A task nobody can claim, so the claim reads rows and still finds nothing.
+  await startedJob(pool, project, [spec('special', { labels: ['never'] })]);
+  const single = createPool({ url: db.url, max: 1 });
+  const writes = async () => {
+    await single.query('select pg_stat_force_next_flush()');
+    await new Promise((r) => setTimeout(r, 50));
+    await single.query('select pg_stat_clear_snapshot()');
+    const { rows } = await single.query(
+      `select coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del + n_tup_hot_upd), 0)::int as n
+         from pg_stat_user_tables`,
+    );
+    return rows[0].n as number;
+  };
+  try {
+    await claimTask(single, worker, []); // warm up the connection
+    const before = await writes();
+    for (let i = 0; i < 20; i++) assert.equal(await claimTask(single, worker, []), null);
+    assert.equal(await writes(), before);
+    // The same measurement does see a claim that took something.
+    await startedJob(pool, project, [spec('claimable')]);
+    assert.ok(await claimTask(single, worker, []));
+    assert.ok((await writes()) > before, 'the counters see a claim that wrote');
+  } finally {
+    await single.end();
+  }
+});
+
+test('heartbeat and completion need the current lease and the worker that holds it', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const intruder = await makeWorker(pool);
+  await startedJob(pool, project, [spec('a')]);
+  const t = await claimNamed(worker, 'a');
+  const stale = '00000000-0000-4000-8000-000000000000';
+  await assert.rejects(heartbeat(pool, worker, t.id, stale), ConflictError);
+  await assert.rejects(heartbeat(pool, intruder, t.id, t.lease_id!), ConflictError);
+  await assert.rejects(finish(worker, { id: t.id, lease_id: stale }, 'success'), ConflictError);
+  await assert.rejects(finish(intruder, t, 'success'), ConflictError);
+  await assert.rejects(heartbeat(pool, worker, stale, t.lease_id!), NotFoundError);
+  await assert.rejects(
+    finish(worker, { id: stale, lease_id: t.lease_id }, 'success'),
+    NotFoundError,
+  );
+  const hb = await heartbeat(pool, worker, t.id, t.lease_id!, { leaseS: 600 });
+  assert.ok(hb.lease_expires_at.getTime() > Date.now() + 500_000, 'the lease was extended');
+});
+
+test('repeating a completion with the same lease answers the same state; a different one conflicts', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  await startedJob(pool, project, [spec('a', { maxAttempts: 2 }), spec('b')]);
+  const a = await claimNamed(worker, 'a');
+  const first = await finish(worker, a, 'failed', { transient: true });
+  assert.equal(first.state, 'queued');
+  const again = await finish(worker, a, 'failed', { transient: true });
+  assert.deepEqual([again.state, again.job_state], ['queued', null]);
+  await assert.rejects(finish(worker, a, 'success'), ConflictError);
+  const retry = await claimNamed(worker, 'a');
+  assert.equal(retry.attempt, 2);
+  await assert.rejects(
+    finish(worker, a, 'failed', { transient: true }),
+    ConflictError,
+    'the old lease is gone once another attempt runs',
+  );
+  await finish(worker, retry, 'success');
+
+  const b = await claimNamed(worker, 'b');
+  const done = await finish(worker, b, 'success');
+  assert.equal(done.state, 'success');
+  const repeat = await finish(worker, b, 'success');
+  assert.deepEqual([repeat.state, repeat.job_state], ['success', null]);
+  const { rows } = await pool.query(
+    'select count(*)::int as n from task_attempts where task_id = $1',
+    [b.id],
+  );
+  assert.equal(rows[0].n, 1);
+});
+
+test('cancel during a run: queued tasks are cancelled, the heartbeat says cancel, completion records cancelled', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('long'),
+    spec('waiting', { needs: ['long'] }),
+    spec('queued-one'),
+  ]);
+  const long = await claimNamed(worker, 'long');
+  const cancelled = await cancelJob(pool, job.id);
+  assert.equal(cancelled.state, 'cancelled');
+  let tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.waiting!.state, 'cancelled');
+  assert.equal(tasks['queued-one']!.state, 'cancelled');
+  assert.equal(tasks.long!.state, 'running', 'the runner is told; the task ends when it reports');
+  assert.equal((await heartbeat(pool, worker, long.id, long.lease_id!)).cancel, true);
+  assert.equal(await claimTask(pool, worker, []), null);
+  const r = await finish(worker, long, 'success');
+  assert.deepEqual([r.state, r.job_state], ['cancelled', null]);
+  tasks = await tasksOf(pool, job.id);
+  assert.equal(tasks.long!.state, 'cancelled');
+  assert.equal(await jobState(pool, job.id), 'cancelled');
+  const again = await cancelJob(pool, job.id);
+  assert.equal(again.state, 'cancelled', 'cancelling a finished job answers it unchanged');
+});
+
+test('a new job on a branch cancels the older unfinished jobs of that branch only', async () => {
+  const project = await makeProject(pool);
+  const push = (ref: string, n: number) =>
+    createJob(pool, { projectId: project, ref, sha: sha(n), trigger: 'push', trusted: true });
+  const first = await push('refs/heads/main', 1);
+  const otherBranch = await push('refs/heads/dev', 2);
+  const second = await push('refs/heads/main', 3);
+  assert.deepEqual(second.superseded, [first.job.id]);
+  assert.equal(await jobState(pool, first.job.id), 'cancelled');
+  assert.equal(await jobState(pool, otherBranch.job.id), 'pending');
+  const { rows } = await pool.query('select error from jobs where id = $1', [first.job.id]);
+  assert.equal(rows[0].error, `superseded by job #${second.job.number}`);
+});
+
+test('tags, reruns and projects that turned it off never cancel superseded jobs', async () => {
+  const project = await makeProject(pool);
+  const tag = (n: number) =>
+    createJob(pool, {
+      projectId: project,
+      ref: 'refs/tags/v1',
+      sha: sha(n),
+      trigger: 'tag',
+      trusted: true,
+    });
+  const t1 = await tag(1);
+  await tag(2);
+  assert.equal(await jobState(pool, t1.job.id), 'pending');
+
+  const off = await makeProject(pool, { cancelSuperseded: false });
+  const a = await createJob(pool, {
+    projectId: off,
+    ref: 'refs/heads/main',
+    sha: sha(1),
+    trigger: 'push',
+    trusted: true,
+  });
+  await createJob(pool, {
+    projectId: off,
+    ref: 'refs/heads/main',
+    sha: sha(2),
+    trigger: 'push',
+    trusted: true,
+  });
+  assert.equal(await jobState(pool, a.job.id), 'pending');
+});
+
+test('a pull request job supersedes the older ones of the same pull request; closing it cancels them', async () => {
+  const project = await makeProject(pool);
+  const pr = (n: number, number: number) =>
+    createJob(pool, {
+      projectId: project,
+      ref: `refs/pull/${number}/head`,
+      sha: sha(n),
+      trigger: 'pull_request',
+      pullRequest: number,
+      baseRef: 'main',
+      trusted: false,
+    });
+  const a = await pr(1, 7);
+  const b = await pr(2, 7);
+  const other = await pr(3, 8);
+  assert.equal(await jobState(pool, a.job.id), 'cancelled');
+  assert.deepEqual(await cancelPullRequest(pool, project, 7), [b.job.id]);
+  assert.equal(await jobState(pool, b.job.id), 'cancelled');
+  assert.equal(await jobState(pool, other.job.id), 'pending');
+  const { rows } = await pool.query('select error from jobs where id = $1', [b.job.id]);
+  assert.equal(rows[0].error, 'pull request #7 was closed');
+});
+
+test('rerun of the failed tasks keeps the successful ones with their outputs and runs the rest', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [
+    spec('build', { outputs: ['version'] }),
+    spec('test', { needs: ['build'] }),
+    spec('deploy', { needs: ['test'] }),
+  ]);
+  await finish(worker, await claimNamed(worker, 'build'), 'success', { outputs: { version: '7' } });
+  await finish(worker, await claimNamed(worker, 'test'), 'failed');
+  assert.equal(await jobState(pool, job.id), 'failed');
+
+  const running = await startedJob(pool, project, [spec('x')]);
+  await assert.rejects(
+    rerunJob(pool, running.id, true),
+    ConflictError,
+    'a running job cannot be rerun',
+  );
+  await cancelJob(pool, running.id);
+
+  const rerun = await rerunJob(pool, job.id, true);
+  assert.equal(rerun.dispatch, false);
+  assert.equal(rerun.job.trigger, 'rerun');
+  assert.equal(rerun.job.rerun_of, job.id);
+  assert.equal(rerun.job.sha, job.sha);
+  assert.equal(rerun.job.state, 'running');
+  const tasks = await tasksOf(pool, rerun.job.id);
+  assert.equal(tasks.build!.state, 'success');
+  assert.ok(tasks.build!.copied_from);
+  assert.equal(tasks.test!.state, 'queued');
+  assert.equal(tasks.deploy!.state, 'waiting');
+  const { rows } = await pool.query('select name, value from task_outputs where task_id = $1', [
+    tasks.build!.id,
+  ]);
+  assert.deepEqual(rows, [{ name: 'version', value: '7' }]);
+  await finish(worker, await claimNamed(worker, 'test'), 'success');
+  const r = await finish(worker, await claimNamed(worker, 'deploy'), 'success');
+  assert.equal(r.job_state, 'success');
+  assert.equal(await jobState(pool, job.id), 'failed', 'the first job keeps its state');
+});
+
+test('rerun of all tasks runs every task again and cancels nothing', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [spec('a'), spec('b', { needs: ['a'] })], {
+    ref: 'refs/heads/main',
+  });
+  await finish(worker, await claimNamed(worker, 'a'), 'success');
+  await finish(worker, await claimNamed(worker, 'b'), 'success');
+  const first = await rerunJob(pool, job.id, false);
+  const second = await rerunJob(pool, job.id, false);
+  assert.equal(await jobState(pool, first.job.id), 'running', 'a rerun does not supersede');
+  const tasks = await tasksOf(pool, second.job.id);
+  assert.equal(tasks.a!.state, 'queued');
+  assert.equal(tasks.b!.state, 'waiting');
+});
+
+test('rerun of a job that never compiled asks for a compile', async () => {
+  const project = await makeProject(pool);
+  const { job } = await createJob(pool, {
+    projectId: project,
+    ref: 'refs/heads/main',
+    sha: sha(),
+    trigger: 'push',
+    trusted: true,
+  });
+  await cancelJob(pool, job.id);
+  const rerun = await rerunJob(pool, job.id, true);
+  assert.equal(rerun.dispatch, true);
+  assert.equal(rerun.job.state, 'pending');
+});
