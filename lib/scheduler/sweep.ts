@@ -40,7 +40,7 @@ export function formatDuration(seconds: number): string {
   return parts.length ? parts.join('') : '0s';
 }
 
-type Repair = { state: TaskState; jobId: string } | null;
+type Repair = { state: TaskState; jobId: string; skipped: number } | null;
 
 /** Ends the current attempt of a running task as lost or timed out, re-checked under its row lock. */
 async function endAttempt(
@@ -100,14 +100,15 @@ async function endAttempt(
         where task_id = $1 and attempt = $2`,
       [task.id, task.attempt, kind, kind === 'lost', error, state],
     );
+    let skipped = 0;
     if (state === 'cancelled' || (state === 'failed' && !task.allow_failure)) {
-      await skipReachable(
+      skipped = await skipReachable(
         tx,
         [task.id],
         `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
       );
     }
-    return { state, jobId: task.job_id };
+    return { state, jobId: task.job_id, skipped };
   });
 }
 
@@ -165,21 +166,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   };
   const jobsToFollow = new Set<string>();
 
-  const expired = await pool.query<{ id: string; lease_id: string }>(
-    `select id, lease_id from tasks
-      where state = 'running' and lease_expires_at < now()
-      order by lease_expires_at limit $1`,
-    [batch],
-  );
-  for (const row of expired.rows) {
-    const repair = await endAttempt(pool, row.id, row.lease_id, 'lost');
-    if (!repair) continue;
-    summary.leases_expired++;
-    if (repair.state === 'queued') summary.tasks_requeued++;
-    else if (repair.state === 'failed') summary.tasks_failed++;
-    if (repair.state !== 'queued') jobsToFollow.add(repair.jobId);
-  }
-
+  // Timeouts first: a task past its timeout whose runner also vanished has
+  // used its time, and fails rather than being queued again.
   const timedOut = await pool.query<{ id: string; lease_id: string }>(
     `select t.id, t.lease_id
        from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
@@ -191,8 +179,25 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     const repair = await endAttempt(pool, row.id, row.lease_id, 'timed_out');
     if (!repair) continue;
     summary.tasks_timed_out++;
+    summary.tasks_skipped += repair.skipped;
     if (repair.state === 'failed') summary.tasks_failed++;
     jobsToFollow.add(repair.jobId);
+  }
+
+  const expired = await pool.query<{ id: string; lease_id: string }>(
+    `select id, lease_id from tasks
+      where state = 'running' and lease_expires_at < now()
+      order by lease_expires_at limit $1`,
+    [batch],
+  );
+  for (const row of expired.rows) {
+    const repair = await endAttempt(pool, row.id, row.lease_id, 'lost');
+    if (!repair) continue;
+    summary.leases_expired++;
+    summary.tasks_skipped += repair.skipped;
+    if (repair.state === 'queued') summary.tasks_requeued++;
+    else if (repair.state === 'failed') summary.tasks_failed++;
+    if (repair.state !== 'queued') jobsToFollow.add(repair.jobId);
   }
 
   // Ready waiting tasks and running jobs with nothing left: a follow-up that
