@@ -24,67 +24,73 @@ export async function rerunJob(
   jobId: string,
   failedOnly: boolean,
 ): Promise<RerunResult> {
-  const created = await transaction(pool, async (tx) => {
-    const old = await getJob(tx, jobId);
-    if (!old) throw new NotFoundError(`job ${jobId} does not exist`);
-    if (old.state === 'pending' || old.state === 'running') {
-      throw new ConflictError(
-        `job #${old.number} is ${old.state}; only a finished job can be rerun`,
-      );
-    }
-    const { job } = await createJobTx(tx, {
-      projectId: old.project_id,
-      ref: old.ref,
-      sha: old.sha,
-      trigger: 'rerun',
-      trusted: old.trusted,
-      pullRequest: old.pull_request,
-      baseRef: old.base_ref,
-      rerunOf: old.id,
-    });
-    // A job that never compiled (its pipeline was broken or unreadable) has no
-    // tasks to copy: compile the new one, which also picks up a forge that is
-    // reachable again.
-    if (old.started_at === null) return { job, dispatch: true };
+  const created = await transaction(
+    pool,
+    async (tx) => {
+      const old = await getJob(tx, jobId);
+      if (!old) throw new NotFoundError(`job ${jobId} does not exist`);
+      if (old.state === 'pending' || old.state === 'running') {
+        throw new ConflictError(
+          `job #${old.number} is ${old.state}; only a finished job can be rerun`,
+        );
+      }
+      const { job } = await createJobTx(tx, {
+        projectId: old.project_id,
+        ref: old.ref,
+        sha: old.sha,
+        trigger: 'rerun',
+        trusted: old.trusted,
+        pullRequest: old.pull_request,
+        baseRef: old.base_ref,
+        rerunOf: old.id,
+      });
+      // A job that never compiled (its pipeline was broken or unreadable) has no
+      // tasks to copy: compile the new one, which also picks up a forge that is
+      // reachable again.
+      if (old.started_at === null) return { job, dispatch: true };
 
-    const { rows } = await tx.query<TaskRow>(
-      'select * from tasks where job_id = $1 order by position',
-      [old.id],
-    );
-    const specs: TaskSpec[] = rows.map((t) => ({
-      name: t.name,
-      baseName: t.base_name,
-      matrix: t.matrix,
-      image: t.image,
-      script: t.script,
-      env: t.env,
-      labels: t.labels,
-      needs: t.needs,
-      secrets: t.secrets,
-      outputs: t.outputs,
-      allowFailure: t.allow_failure,
-      maxAttempts: t.max_attempts,
-      timeoutS: t.timeout_s,
-      position: t.position,
-      kept:
-        failedOnly && t.state === 'success'
-          ? {
-              from: t.copied_from ?? t.id,
-              attempt: t.attempt,
-              exitCode: t.exit_code,
-              startedAt: t.started_at,
-              finishedAt: t.finished_at,
-            }
-          : undefined,
-    }));
-    await insertTasksTx(tx, job, specs);
-    const started = await tx.query<JobRow>(
-      `update jobs set state = 'running', started_at = now(), pipeline_name = $2
+      const { rows } = await tx.query<TaskRow>(
+        'select * from tasks where job_id = $1 order by position',
+        [old.id],
+      );
+      const specs: TaskSpec[] = rows.map((t) => ({
+        name: t.name,
+        baseName: t.base_name,
+        matrix: t.matrix,
+        image: t.image,
+        script: t.script,
+        env: t.env,
+        labels: t.labels,
+        needs: t.needs,
+        secrets: t.secrets,
+        outputs: t.outputs,
+        allowFailure: t.allow_failure,
+        maxAttempts: t.max_attempts,
+        timeoutS: t.timeout_s,
+        position: t.position,
+        kept:
+          failedOnly && t.state === 'success'
+            ? {
+                from: t.copied_from ?? t.id,
+                attempt: t.attempt,
+                exitCode: t.exit_code,
+                startedAt: t.started_at,
+                finishedAt: t.finished_at,
+              }
+            : undefined,
+      }));
+      await insertTasksTx(tx, job, specs);
+      const started = await tx.query<JobRow>(
+        `update jobs set state = 'running', started_at = now(), pipeline_name = $2
         where id = $1 returning *`,
-      [job.id, old.pipeline_name],
-    );
-    return { job: started.rows[0]!, dispatch: false };
-  });
+        [job.id, old.pipeline_name],
+      );
+      return { job: started.rows[0]!, dispatch: false };
+      // READ COMMITTED because createJobTx needs it; the first job is finished,
+      // so its tasks no longer change under us.
+    },
+    { isolation: 'read committed' },
+  );
   if (created.dispatch) return { ...created, jobState: null };
   const follow = await followUp(pool, created.job.id);
   return { ...created, jobState: follow.jobState };

@@ -28,7 +28,7 @@ import { makeProject, makeWorker, spec, startedJob } from '../helpers/fixtures.t
 const seed = process.env.SOAK_SEED
   ? Number.parseInt(process.env.SOAK_SEED, 10) >>> 0
   : Math.floor(Math.random() * 2 ** 32);
-console.log('# soak seed', seed);
+console.log('soak seed', seed);
 
 const { pool } = await testDatabase(import.meta.filename, { poolMax: 24 });
 
@@ -382,7 +382,7 @@ test('a randomized soak of runners, sweepers and cancels keeps every scheduler i
     `select state, count(*)::int as n from jobs group by state order by state`,
   );
   console.log(
-    `# soak: ${stats.claims} claims, ${stats.completions} completions, ${stats.vanished} vanished, ` +
+    `soak: ${stats.claims} claims, ${stats.completions} completions, ${stats.vanished} vanished, ` +
       `${stats.conflicts} 409s, ${stats.sweeps} sweeps, ${stats.cancels} cancels ` +
       `(${stats.cancelled} took effect); ${stats.repeats} repeated completions, ` +
       `${stats.heartbeats} heartbeats, ${stats.emptyClaims} empty claims; sweeps repaired ` +
@@ -390,7 +390,7 @@ test('a randomized soak of runners, sweepers and cancels keeps every scheduler i
       `${repaired.settled} settles; ${jobs.length} jobs: ` +
       states.rows.map((r) => `${r.n} ${r.state}`).join(', '),
   );
-  for (const line of unexpected.slice(0, 20)) console.log(`# unexpected: ${line}`);
+  for (const line of unexpected.slice(0, 20)) console.log(`unexpected: ${line}`);
 
   assert.deepEqual(unexpected, [], 'every operation succeeded or met an expected stale-lease 409');
   assert.deepEqual(strandedAtRest, [], 'when traffic stopped, no promotion or settle was lost');
