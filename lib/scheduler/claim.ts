@@ -3,7 +3,7 @@ import { DEFAULT_LEASE_S, type TaskRow } from './types.ts';
 
 export interface ClaimOptions {
   leaseS?: number;
-  /** Immediate retries on 40001 before answering "nothing claimable". Default 10. */
+  /** Immediate retries on 40001/40P01 before answering "nothing claimable". Default 10. */
   retries?: number;
   /** Called with the retries each claim took (metrics, the benchmark). */
   onRetries?: (retries: number) => void;
@@ -34,10 +34,13 @@ export async function claimTask(
     const { value, retries } = await transactionWithStats(
       pool,
       async (tx) => {
-        // SKIP LOCKED passes over rows other claimers hold right now. Under
-        // REPEATABLE READ a row another claimer changed and committed after our
-        // snapshot raises 40001 instead of being skipped: the helper retries
-        // at once with a fresh snapshot.
+        // SKIP LOCKED passes over rows other claimers hold right now. At READ
+        // COMMITTED a row another claimer took and committed after this
+        // statement began is re-checked (EvalPlanQual), fails `state =
+        // 'queued'`, and is passed over too; at REPEATABLE READ it raises
+        // 40001 instead, about once per claim at 64 claimers (see
+        // docs/scheduling.md). A cancel changes the job and its queued tasks in
+        // one commit, so the re-check on the task row also covers the job.
         const { rows } = await tx.query<ClaimedTask>(
           `with candidate as (
              select t.id
@@ -69,7 +72,9 @@ export async function claimTask(
         );
         return rows[0] ?? null;
       },
-      { immediate: true, maxRetries: opts.retries ?? 10 },
+      // Retries stay for deadlocks and for servers whose default isolation is
+      // raised; a claim that still loses answers null.
+      { isolation: 'read committed', immediate: true, maxRetries: opts.retries ?? 10 },
     );
     opts.onRetries?.(retries);
     return value;

@@ -47,6 +47,14 @@ export async function promoteReady(
   jobId: string,
   parentId?: string,
 ): Promise<PromoteResult> {
+  // From a finished parent, start at its edges (task_needs_need) rather than
+  // at the job's unfinished tasks, so the cost follows the parent's children,
+  // not the size of the job.
+  const candidates =
+    parentId === undefined
+      ? `tasks w where w.job_id = $1 and w.state = 'waiting'`
+      : `task_needs e join tasks w on w.id = e.task_id
+          where e.need_id = $2::uuid and w.job_id = $1 and w.state = 'waiting'`;
   const { rows } = await tx.query<{
     id: string;
     name: string;
@@ -65,16 +73,13 @@ export async function promoteReady(
               where n.task_id = w.id
                 and not exists (select 1 from task_outputs x where x.task_id = p.id and x.name = o.name)
             ) as missing
-       from tasks w
-      where w.job_id = $1
-        and w.state = 'waiting'
-        and ($2::uuid is null or w.id in (select task_id from task_needs where need_id = $2::uuid))
+       from ${candidates}
         and exists (select 1 from jobs j where j.id = $1 and j.state = 'running')
         and not exists (
               select 1 from task_needs n join tasks p on p.id = n.need_id
                where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
       order by w.position`,
-    [jobId, parentId ?? null],
+    parentId === undefined ? [jobId] : [jobId, parentId],
   );
   const result: PromoteResult = { promoted: 0, failed: 0, skipped: 0 };
   const ready: string[] = [];
