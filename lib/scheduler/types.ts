@@ -1,3 +1,4 @@
+import type { CompiledTask } from '../pipeline/index.ts';
 import type { AttemptOutcome, JobState, JobTrigger, TaskState } from '../states.ts';
 
 /** A job as stored; field names are the API's. */
@@ -82,21 +83,7 @@ export interface AttemptRow {
 }
 
 /** What a task needs to be inserted: the compiler's output, or a copy of an earlier job's task. */
-export interface TaskSpec {
-  name: string;
-  baseName: string;
-  matrix: Record<string, string>;
-  image: string | null;
-  script: string[];
-  env: Record<string, string>;
-  labels: string[];
-  needs: string[];
-  secrets: string[];
-  outputs: string[];
-  allowFailure: boolean;
-  maxAttempts: number;
-  timeoutS: number;
-  position: number;
+export interface TaskSpec extends CompiledTask {
   /** A failed-only rerun keeps a successful task as it was. */
   kept?: {
     from: string;

@@ -1,0 +1,280 @@
+import { z } from 'zod';
+import type { PathSegment } from './issues.ts';
+import { MAX_OUTPUTS } from './limits.ts';
+import { describeValue, didYouMean, quote } from './messages.ts';
+import { envFragment, MATRIX_KEY_PATTERN, VAR_NAME_PATTERN } from './names.ts';
+
+/** Timeout of a task when neither it nor the defaults set one: one hour. */
+export const DEFAULT_TIMEOUT_S = 3600;
+/** Extra attempts after transient failures when neither the task nor the defaults say. */
+export const DEFAULT_RETRIES = 2;
+const MAX_RETRIES = 10;
+const MAX_TIMEOUT_S = 7 * 24 * 60 * 60;
+
+const VAR_RULE = 'letters, digits and _, not starting with a digit';
+
+const UNIT_SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_400 };
+
+/** Reads a timeout (`90s`, `10m`, `2h`, `1d`, or whole seconds) as seconds, or says what is wrong. */
+export function parseTimeout(value: unknown): { seconds: number } | { error: string } {
+  const got = describeValue(value);
+  let seconds = Number.NaN;
+  if (typeof value === 'number' && Number.isInteger(value)) {
+    seconds = value;
+  } else if (typeof value === 'string') {
+    const match = /^([0-9]+)([smhd])$/.exec(value);
+    if (match) seconds = Number(match[1]) * (UNIT_SECONDS[match[2] ?? 's'] ?? 1);
+  }
+  if (Number.isNaN(seconds)) {
+    return { error: `expected whole seconds or a duration such as 90s, 10m, 2h, got ${got}` };
+  }
+  if (seconds <= 0) return { error: `must be positive, got ${got}` };
+  if (seconds > MAX_TIMEOUT_S) {
+    return { error: `must be at most 7 days (${MAX_TIMEOUT_S} seconds), got ${got}` };
+  }
+  return { seconds };
+}
+
+const TimeoutSchema = z.unknown().transform((value, ctx) => {
+  if (value === undefined) return undefined;
+  const parsed = parseTimeout(value);
+  if ('error' in parsed) {
+    ctx.issues.push({ code: 'custom', message: parsed.error, input: value });
+    return z.NEVER;
+  }
+  return parsed.seconds;
+});
+
+const RetriesSchema = z.number().int().min(0).max(MAX_RETRIES);
+
+const ScalarSchema = z.union([z.string(), z.number(), z.boolean()], {
+  error: (issue) =>
+    issue.input === undefined
+      ? undefined
+      : `expected a string, number or boolean, got ${describeValue(issue.input)}`,
+});
+
+function nameSchema(pattern: RegExp, what: string, rule: string) {
+  return z.string().regex(pattern, {
+    error: (issue) => `${quote(String(issue.input))} is not a valid ${what} (${rule})`,
+  });
+}
+
+const EnvSchema = z.record(
+  nameSchema(VAR_NAME_PATTERN, 'environment variable name', VAR_RULE),
+  ScalarSchema,
+);
+
+const LabelsSchema = z.array(z.string().min(1, 'must not be empty'));
+
+const RefPatternSchema = z.string().min(1, 'a ref pattern must not be empty');
+
+const OnlySchema = z
+  .union(
+    [RefPatternSchema, z.array(RefPatternSchema).min(1, 'must list at least one ref pattern')],
+    {
+      error: (issue) =>
+        issue.input === undefined
+          ? undefined
+          : `expected a ref pattern or a list of them, got ${describeValue(issue.input)}`,
+    },
+  )
+  .transform((only) => (typeof only === 'string' ? [only] : only));
+
+const OutputsSchema = z
+  .array(nameSchema(VAR_NAME_PATTERN, 'output name', VAR_RULE))
+  .max(MAX_OUTPUTS, `must list at most ${MAX_OUTPUTS} outputs`)
+  .superRefine((outputs, ctx) => {
+    // Outputs reach the tasks that need them as CONDUCTOR_NEEDS_<TASK>_<OUTPUT>, so two names
+    // that mangle alike would overwrite each other.
+    const byFragment = new Map<string, string>();
+    outputs.forEach((name, index) => {
+      const fragment = envFragment(name);
+      const earlier = byFragment.get(fragment);
+      if (fragment === '') {
+        ctx.addIssue({
+          code: 'custom',
+          path: [index],
+          message: `output name ${quote(name)} needs a letter or digit`,
+        });
+      } else if (earlier === name) {
+        ctx.addIssue({ code: 'custom', path: [index], message: `duplicate output ${quote(name)}` });
+      } else if (earlier !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [index],
+          message: `outputs ${quote(earlier)} and ${quote(name)} would both be passed on as CONDUCTOR_NEEDS_<TASK>_${fragment}`,
+        });
+      } else {
+        byFragment.set(fragment, name);
+      }
+    });
+  });
+
+/** A task's matrix: key → non-empty list of values. An empty matrix and clashing keys are
+ * checked with the task graph, where the keys' positions are known. */
+export const MatrixSchema = z.record(
+  nameSchema(
+    MATRIX_KEY_PATTERN,
+    'matrix key',
+    'letters, digits, _ and -, starting with a letter or _',
+  ),
+  z.array(ScalarSchema).min(1, 'must have at least one value'),
+);
+
+/** One entry under `tasks:`. */
+export const TaskSchema = z.strictObject({
+  script: z.array(z.string()).min(1, 'script must have at least one line'),
+  image: z.string().min(1, 'must not be empty').optional(),
+  needs: z.array(z.string()).optional(),
+  only: OnlySchema.optional(),
+  allow_failure: z.boolean().optional(),
+  retries: RetriesSchema.optional(),
+  timeout: TimeoutSchema.optional(),
+  labels: LabelsSchema.optional(),
+  env: EnvSchema.optional(),
+  secrets: z.array(nameSchema(VAR_NAME_PATTERN, 'secret name', VAR_RULE)).optional(),
+  outputs: OutputsSchema.optional(),
+  matrix: MatrixSchema.optional(),
+});
+export type Task = z.infer<typeof TaskSchema>;
+
+/** The `defaults:` section: settings every task starts from. */
+export const DefaultsSchema = z.strictObject({
+  image: z.string().min(1, 'must not be empty').optional(),
+  timeout: TimeoutSchema.optional(),
+  retries: RetriesSchema.optional(),
+  env: EnvSchema.optional(),
+  labels: LabelsSchema.optional(),
+});
+
+/** The whole of `.conductor.yml`, as documented in docs/pipeline.md. */
+export const PipelineFileSchema = z.strictObject({
+  version: z.literal(1, {
+    error: (issue) =>
+      issue.input === undefined ? undefined : `must be 1, got ${describeValue(issue.input)}`,
+  }),
+  name: z
+    .string()
+    .min(1, 'must not be empty')
+    .max(100, 'must be at most 100 characters')
+    .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
+    .optional(),
+  defaults: DefaultsSchema.optional(),
+  // Task names are checked with the graph, so a badly named task still has its body checked.
+  tasks: z.record(z.string(), TaskSchema),
+});
+export type PipelineFile = z.infer<typeof PipelineFileSchema>;
+
+/** A schema failure: the path to report, the path to point at, and whether at its key or value. */
+export interface SchemaProblem {
+  path: PathSegment[];
+  at: PathSegment[];
+  target: 'key' | 'value';
+  message: string;
+}
+
+// Marks a missing required key in the error map, so it can be reported on the map that lacks it.
+const REQUIRED = 'required';
+
+const EXPECTED: Record<string, string> = {
+  string: 'a string',
+  number: 'a number',
+  int: 'a whole number',
+  boolean: 'true or false',
+  array: 'a list',
+  object: 'a map',
+  record: 'a map',
+};
+
+const errorMap: z.core.$ZodErrorMap = (issue) => {
+  // zod reports a missing key as a value of the wrong kind; toProblems moves it to the parent map.
+  if (
+    (issue.code === 'invalid_type' || issue.code === 'invalid_value') &&
+    issue.input === undefined
+  ) {
+    return REQUIRED;
+  }
+  switch (issue.code) {
+    case 'invalid_type':
+      return `expected ${EXPECTED[issue.expected] ?? issue.expected}, got ${describeValue(issue.input)}`;
+    case 'invalid_value':
+      return `must be ${issue.values.map((value) => JSON.stringify(value)).join(' or ')}`;
+    case 'too_small':
+      if (issue.origin === 'array') return `must have at least ${issue.minimum} item(s)`;
+      if (issue.origin === 'string') return 'must not be empty';
+      return `must be at least ${issue.minimum}`;
+    case 'too_big':
+      if (issue.origin === 'array') return `must have at most ${issue.maximum} item(s)`;
+      if (issue.origin === 'string') return `must be at most ${issue.maximum} characters`;
+      return `must be at most ${issue.maximum}`;
+    case 'invalid_format':
+      return 'pattern' in issue && issue.pattern ? `must match ${issue.pattern}` : undefined;
+    default:
+      return undefined;
+  }
+};
+
+function knownKeys(path: readonly PathSegment[]): string[] {
+  if (path.length === 0) return Object.keys(PipelineFileSchema.shape);
+  if (path.length === 1 && path[0] === 'defaults') return Object.keys(DefaultsSchema.shape);
+  if (path.length === 2 && path[0] === 'tasks') return Object.keys(TaskSchema.shape);
+  return [];
+}
+
+function toProblems(issue: z.core.$ZodIssue, prefix: PathSegment[], out: SchemaProblem[]): void {
+  const path = [
+    ...prefix,
+    ...issue.path.map((segment) => (typeof segment === 'symbol' ? String(segment) : segment)),
+  ];
+  if (issue.code === 'unrecognized_keys') {
+    for (const key of issue.keys) {
+      const hint = didYouMean(key, knownKeys(path));
+      out.push({
+        path,
+        at: [...path, key],
+        target: 'key',
+        message: `unknown key ${quote(key)}${hint}`,
+      });
+    }
+    return;
+  }
+  if (issue.code === 'invalid_key') {
+    out.push({ path, at: path, target: 'key', message: issue.issues[0]?.message ?? issue.message });
+    return;
+  }
+  if (issue.code === 'invalid_union') {
+    // Report the branch that got inside the value (a list with one bad item), if one did.
+    const branch = issue.errors.find(
+      (errors) => errors.length > 0 && errors.every((inner) => inner.path.length > 0),
+    );
+    if (branch) {
+      for (const inner of branch) toProblems(inner, path, out);
+      return;
+    }
+  }
+  if (issue.message === REQUIRED && path.length > 0) {
+    const parent = path.slice(0, -1);
+    const key = String(path[path.length - 1]);
+    out.push({
+      path: parent,
+      at: parent,
+      target: 'value',
+      message: `missing required key ${quote(key)}`,
+    });
+    return;
+  }
+  out.push({ path, at: path, target: 'value', message: issue.message });
+}
+
+/** Checks converted YAML against the pipeline format; each problem says where it belongs. */
+export function checkPipelineFile(value: unknown): {
+  file: PipelineFile | null;
+  problems: SchemaProblem[];
+} {
+  const result = PipelineFileSchema.safeParse(value, { error: errorMap });
+  if (result.success) return { file: result.data, problems: [] };
+  const problems: SchemaProblem[] = [];
+  for (const issue of result.error.issues) toProblems(issue, [], problems);
+  return { file: null, problems };
+}
