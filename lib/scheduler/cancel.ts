@@ -21,6 +21,8 @@ export async function cancelJobsTx(
   reason: string,
 ): Promise<string[]> {
   if (jobIds.length === 0) return [];
+  // The job first: a compile starting the job holds its row while inserting
+  // the tasks, so once this lock is granted every task of the job is visible.
   const { rows } = await tx.query<{ id: string }>(
     `update jobs set state = 'cancelled', finished_at = now(), error = coalesce(error, $2)
       where id = any($1::uuid[]) and state in ('pending', 'running')
@@ -29,18 +31,33 @@ export async function cancelJobsTx(
   );
   const cancelled = rows.map((r) => r.id);
   if (cancelled.length === 0) return [];
+  // Then the running tasks, before any task below them: a completion or a
+  // lease expiry locks its task and then the tasks it skips, so taking the
+  // running rows first keeps the lock order the same and avoids a deadlock.
   await tx.query(
-    `update tasks set state = 'cancelled', finished_at = now(), queued_at = null
-      where job_id = any($1::uuid[]) and state in ('waiting', 'queued')`,
+    `select id from tasks where job_id = any($1::uuid[]) and state = 'running'
+      order by id for no key update`,
     [cancelled],
   );
+  // One statement over all three states: a task that moves between them while
+  // this runs (a transient failure puts a running task back in the queue; a
+  // claim takes a queued one) is re-checked in the state it has when its lock
+  // is granted. Two statements, one per state, could each miss it.
   await tx.query(
-    `update tasks set cancel_requested = true
-      where job_id = any($1::uuid[]) and state = 'running'`,
+    `update tasks
+        set state = case when state = 'running' then state else 'cancelled' end,
+            cancel_requested = cancel_requested or state = 'running',
+            finished_at = case when state = 'running' then finished_at else now() end,
+            queued_at = case when state = 'running' then queued_at end
+      where job_id = any($1::uuid[]) and state in ('waiting', 'queued', 'running')`,
     [cancelled],
   );
   return cancelled;
 }
+
+// Cancels and job creations wait for locks that busy jobs hold; give them more
+// than the default 5 s before a wait counts as a failure.
+export const LOCK_WAITING = { isolation: 'read committed', statementTimeoutMs: 30_000 } as const;
 
 /** Cancels a job; a finished job is answered as it is. */
 export async function cancelJob(pool: Pool, jobId: string, reason = 'cancelled'): Promise<JobRow> {
@@ -52,7 +69,7 @@ export async function cancelJob(pool: Pool, jobId: string, reason = 'cancelled')
       if (!rows[0]) throw new NotFoundError(`job ${jobId} does not exist`);
       return rows[0];
     },
-    { isolation: 'read committed' },
+    LOCK_WAITING,
   );
 }
 
@@ -76,6 +93,6 @@ export async function cancelPullRequest(
         `pull request #${pullRequest} was closed`,
       );
     },
-    { isolation: 'read committed' },
+    LOCK_WAITING,
   );
 }

@@ -72,8 +72,9 @@ export async function claimTask(
         );
         return rows[0] ?? null;
       },
-      // Retries stay for deadlocks and for servers whose default isolation is
-      // raised; a claim that still loses answers null.
+      // At READ COMMITTED the claim never sees 40001; the retries stay for a
+      // deadlock (possible only through foreign-key locks), and a claim that
+      // still loses answers null.
       { isolation: 'read committed', immediate: true, maxRetries: opts.retries ?? 10 },
     );
     opts.onRetries?.(retries);

@@ -1,7 +1,7 @@
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { JobState, TaskState } from '../states.ts';
-import { followUp, skipReachable } from './progress.ts';
+import { followUpAfterCommit, skipReachable } from './progress.ts';
 import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
 
 const OUTPUT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -182,10 +182,10 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
   // A repeat runs the follow-up again too: if the first one was lost (the
   // runner's connection dropped after the outcome committed), this finishes
   // it. It still answers job_state null: only the first completion reports.
-  const follow = await followUp(pool, outcome.jobId, c.taskId);
+  const follow = await followUpAfterCommit(pool, outcome.jobId, c.taskId);
   return {
     state: outcome.state,
-    job_state: outcome.repeated ? null : follow.jobState,
+    job_state: outcome.repeated ? null : (follow?.jobState ?? null),
     job_id: outcome.jobId,
   };
 }

@@ -1,8 +1,8 @@
 import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import type { JobState, JobTrigger } from '../states.ts';
-import { cancelJobsTx } from './cancel.ts';
-import { type FollowUpResult, followUp, skipReachable } from './progress.ts';
+import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
+import { followUpAfterCommit, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
 
 export interface NewJob {
@@ -49,7 +49,9 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
   // Wait for any creation of this project in flight; after this, a racing
   // delivery with our id has committed its job and the lookup below finds it.
   const project = await tx.query<{ cancel_superseded: boolean }>(
-    'select cancel_superseded from projects where id = $1 for update',
+    // NO KEY UPDATE is enough to queue creations, and does not block the
+    // foreign-key checks of rows that reference the project.
+    'select cancel_superseded from projects where id = $1 for no key update',
     [input.projectId],
   );
   const settings = project.rows[0];
@@ -108,7 +110,7 @@ export async function createJob(pool: Pool, input: NewJob): Promise<CreatedJob> 
     // the project row, and under a snapshot every one of them but the first
     // would fail with 40001 once the lock is granted (measured: 16 concurrent
     // pushes to one project exhausted their retries in 17 of 20 rounds).
-    return await transaction(pool, (tx) => createJobTx(tx, input), { isolation: 'read committed' });
+    return await transaction(pool, (tx) => createJobTx(tx, input), LOCK_WAITING);
   } catch (err) {
     // The unique key is the backstop should two first deliveries still meet.
     if (sqlState(err) === SQLSTATE.uniqueViolation && input.deliveryId) {
@@ -248,8 +250,9 @@ export async function startJob(
     return { started: true, state: 'running' as JobState };
   });
   if (!started.started) return { ...started, jobState: null };
-  const follow: FollowUpResult = await followUp(pool, jobId);
-  return { started: true, state: follow.jobState ?? 'running', jobState: follow.jobState };
+  const follow = await followUpAfterCommit(pool, jobId);
+  const jobState = follow?.jobState ?? null;
+  return { started: true, state: jobState ?? 'running', jobState };
 }
 
 /** Fails a pending job whose pipeline did not compile, keeping every error. Answers false if it was not pending. */

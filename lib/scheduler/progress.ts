@@ -5,6 +5,7 @@
 // sibling running, so deciding inside the completing transaction strands
 // children and jobs when two tasks finish at once.
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { log } from '../log.ts';
 import type { JobState } from '../states.ts';
 
 /** Skips every waiting or queued task reachable from `fromIds`; returns how many. */
@@ -82,6 +83,12 @@ export async function promoteReady(
     parentId === undefined ? [jobId] : [jobId, parentId],
   );
   const result: PromoteResult = { promoted: 0, failed: 0, skipped: 0 };
+  if (rows.length === 0) return result;
+  // Lock the job before writing any task, the order a cancel takes (job, then
+  // tasks): otherwise a follow-up holding a child it fails and waiting for the
+  // job to settle it deadlocks with a cancel holding the job and waiting for
+  // that child.
+  await tx.query('select 1 from jobs where id = $1 for no key update', [jobId]);
   const ready: string[] = [];
   for (const row of rows) {
     if (row.blocked_by !== null) {
@@ -167,4 +174,22 @@ export async function followUp(
     // Fan-ins make these collide on the child row; retries are cheap reads.
     { maxRetries: 20 },
   );
+}
+
+/**
+ * The follow-up after an outcome that has already committed: a failure here
+ * must not turn that outcome into an error for the caller, so it is logged and
+ * left to the sweep, which repairs lost promotions and settles.
+ */
+export async function followUpAfterCommit(
+  pool: Pool,
+  jobId: string,
+  parentId?: string,
+): Promise<FollowUpResult | null> {
+  try {
+    return await followUp(pool, jobId, parentId);
+  } catch (err) {
+    log('warn', 'follow-up failed; the sweep will finish it', { job_id: jobId, err });
+    return null;
+  }
 }

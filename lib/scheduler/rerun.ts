@@ -1,8 +1,9 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import type { JobState } from '../states.ts';
+import { LOCK_WAITING } from './cancel.ts';
 import { createJobTx, getJob, insertTasksTx } from './jobs.ts';
-import { followUp } from './progress.ts';
+import { followUpAfterCommit } from './progress.ts';
 import type { JobRow, TaskRow, TaskSpec } from './types.ts';
 
 export interface RerunResult {
@@ -86,12 +87,12 @@ export async function rerunJob(
         [job.id, old.pipeline_name],
       );
       return { job: started.rows[0]!, dispatch: false };
-      // READ COMMITTED because createJobTx needs it; the first job is finished,
-      // so its tasks no longer change under us.
     },
-    { isolation: 'read committed' },
+    // READ COMMITTED because createJobTx needs it. Only the first job's
+    // successful tasks are kept, and a finished task no longer changes.
+    LOCK_WAITING,
   );
   if (created.dispatch) return { ...created, jobState: null };
-  const follow = await followUp(pool, created.job.id);
-  return { ...created, jobState: follow.jobState };
+  const follow = await followUpAfterCommit(pool, created.job.id);
+  return { ...created, jobState: follow?.jobState ?? null };
 }

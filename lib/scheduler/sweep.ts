@@ -4,6 +4,7 @@
 // transaction would be aborted by any heartbeat on a row it touched, and would
 // hold locks runners are waiting for.
 import { type Pool, transaction } from '../db/index.ts';
+import { log } from '../log.ts';
 import type { TaskState } from '../states.ts';
 import { followUp, skipReachable } from './progress.ts';
 import type { JobRow, TaskRow } from './types.ts';
@@ -15,6 +16,11 @@ export interface SweepOptions {
   compileStaleS?: number;
   /** Dispatches of a compile before the job fails. Default 5. */
   maxCompileAttempts?: number;
+  /**
+   * How long a repair waits for a row someone else has locked before giving up
+   * on it until the next sweep. Default 2 s: a row locked that long is busy.
+   */
+  lockTimeoutMs?: number;
 }
 
 export interface SweepSummary {
@@ -24,9 +30,13 @@ export interface SweepSummary {
   tasks_timed_out: number;
   tasks_promoted: number;
   tasks_skipped: number;
+  /** Unfinished tasks found in a finished job (a backstop that should stay 0). */
+  tasks_cancelled: number;
   jobs_settled: number;
   compiles_redispatched: number;
   compiles_failed: number;
+  /** Repairs that failed; each is logged, and the sweep went on with the rest. */
+  errors: number;
   /** Jobs whose compile the caller must dispatch again. */
   dispatch: string[];
 }
@@ -48,68 +58,73 @@ async function endAttempt(
   taskId: string,
   leaseId: string,
   kind: 'lost' | 'timed_out',
+  lockTimeoutMs: number,
 ): Promise<Repair> {
-  return transaction(pool, async (tx) => {
-    const { rows } = await tx.query<TaskRow & { expired: boolean; timed_out: boolean }>(
-      `select t.*, t.lease_expires_at < now() as expired,
+  return transaction(
+    pool,
+    async (tx) => {
+      const { rows } = await tx.query<TaskRow & { expired: boolean; timed_out: boolean }>(
+        `select t.*, t.lease_expires_at < now() as expired,
               a.started_at + make_interval(secs => t.timeout_s) < now() as timed_out
          from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
         where t.id = $1
         for update of t`,
-      [taskId],
-    );
-    const task = rows[0];
-    // A heartbeat, a completion or another sweep got there first.
-    if (!task || task.state !== 'running' || task.lease_id !== leaseId) return null;
-    if (kind === 'lost' && !task.expired) return null;
-    if (kind === 'timed_out' && !task.timed_out) return null;
+        [taskId],
+      );
+      const task = rows[0];
+      // A heartbeat, a completion or another sweep got there first.
+      if (!task || task.state !== 'running' || task.lease_id !== leaseId) return null;
+      if (kind === 'lost' && !task.expired) return null;
+      if (kind === 'timed_out' && !task.timed_out) return null;
 
-    let state: TaskState;
-    let error: string;
-    if (task.cancel_requested) {
-      state = 'cancelled';
-      error = 'cancelled';
-    } else if (kind === 'timed_out') {
-      state = 'failed';
-      error = `timed out after ${formatDuration(task.timeout_s)}`;
-    } else {
-      // An expired lease is a transient failure: the runner vanished.
-      state = task.attempt < task.max_attempts ? 'queued' : 'failed';
-      error =
-        state === 'queued'
-          ? 'lease expired: the runner stopped reporting; queued again'
-          : `lease expired: the runner stopped reporting (attempt ${task.attempt} of ${task.max_attempts})`;
-    }
-    if (state === 'queued') {
-      await tx.query(
-        `update tasks set state = 'queued', lease_id = null, worker_id = null,
+      let state: TaskState;
+      let error: string;
+      if (task.cancel_requested) {
+        state = 'cancelled';
+        error = 'cancelled';
+      } else if (kind === 'timed_out') {
+        state = 'failed';
+        error = `timed out after ${formatDuration(task.timeout_s)}`;
+      } else {
+        // An expired lease is a transient failure: the runner vanished.
+        state = task.attempt < task.max_attempts ? 'queued' : 'failed';
+        error =
+          state === 'queued'
+            ? 'lease expired: the runner stopped reporting; queued again'
+            : `lease expired: the runner stopped reporting (attempt ${task.attempt} of ${task.max_attempts})`;
+      }
+      if (state === 'queued') {
+        await tx.query(
+          `update tasks set state = 'queued', lease_id = null, worker_id = null,
                           lease_expires_at = null, queued_at = now(), error = $2
           where id = $1`,
-        [task.id, error],
-      );
-    } else {
-      await tx.query(
-        `update tasks set state = $2, lease_expires_at = null, finished_at = now(), error = $3
+          [task.id, error],
+        );
+      } else {
+        await tx.query(
+          `update tasks set state = $2, lease_expires_at = null, finished_at = now(), error = $3
           where id = $1`,
-        [task.id, state, error],
-      );
-    }
-    await tx.query(
-      `update task_attempts set outcome = $3, transient = $4, error = $5, result_state = $6,
+          [task.id, state, error],
+        );
+      }
+      await tx.query(
+        `update task_attempts set outcome = $3, transient = $4, error = $5, result_state = $6,
                                 finished_at = now()
         where task_id = $1 and attempt = $2`,
-      [task.id, task.attempt, kind, kind === 'lost', error, state],
-    );
-    let skipped = 0;
-    if (state === 'cancelled' || (state === 'failed' && !task.allow_failure)) {
-      skipped = await skipReachable(
-        tx,
-        [task.id],
-        `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
+        [task.id, task.attempt, kind, kind === 'lost', error, state],
       );
-    }
-    return { state, jobId: task.job_id, skipped };
-  });
+      let skipped = 0;
+      if (state === 'cancelled' || (state === 'failed' && !task.allow_failure)) {
+        skipped = await skipReachable(
+          tx,
+          [task.id],
+          `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
+        );
+      }
+      return { state, jobId: task.job_id, skipped };
+    },
+    { lockTimeoutMs },
+  );
 }
 
 /** Dispatches a lost compile again, or fails the job once it has had its attempts. */
@@ -118,29 +133,34 @@ async function redispatch(
   jobId: string,
   staleS: number,
   maxAttempts: number,
+  lockTimeoutMs: number,
 ): Promise<'dispatch' | 'failed' | null> {
-  return transaction(pool, async (tx) => {
-    const { rows } = await tx.query<JobRow & { stale: boolean }>(
-      `select *, (dispatched_at is null or dispatched_at < now() - make_interval(secs => $2)) as stale
+  return transaction(
+    pool,
+    async (tx) => {
+      const { rows } = await tx.query<JobRow & { stale: boolean }>(
+        `select *, (dispatched_at is null or dispatched_at < now() - make_interval(secs => $2)) as stale
          from jobs where id = $1 for update`,
-      [jobId, staleS],
-    );
-    const job = rows[0];
-    if (!job || job.state !== 'pending' || !job.stale) return null;
-    if (job.compile_attempts >= maxAttempts) {
-      const reason = job.error ? `: ${job.error}` : '';
-      await tx.query(
-        `update jobs set state = 'failed', finished_at = now(), error = $2 where id = $1`,
-        [jobId, `the pipeline could not be read after ${job.compile_attempts} attempts${reason}`],
+        [jobId, staleS],
       );
-      return 'failed';
-    }
-    await tx.query(
-      `update jobs set dispatched_at = now(), compile_attempts = compile_attempts + 1 where id = $1`,
-      [jobId],
-    );
-    return 'dispatch';
-  });
+      const job = rows[0];
+      if (!job || job.state !== 'pending' || !job.stale) return null;
+      if (job.compile_attempts >= maxAttempts) {
+        const reason = job.error ? `: ${job.error}` : '';
+        await tx.query(
+          `update jobs set state = 'failed', finished_at = now(), error = $2 where id = $1`,
+          [jobId, `the pipeline could not be read after ${job.compile_attempts} attempts${reason}`],
+        );
+        return 'failed';
+      }
+      await tx.query(
+        `update jobs set dispatched_at = now(), compile_attempts = compile_attempts + 1 where id = $1`,
+        [jobId],
+      );
+      return 'dispatch';
+    },
+    { lockTimeoutMs },
+  );
 }
 
 /**
@@ -152,6 +172,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   const batch = opts.batch ?? 200;
   const staleS = opts.compileStaleS ?? 120;
   const maxCompileAttempts = opts.maxCompileAttempts ?? 5;
+  const lockTimeoutMs = opts.lockTimeoutMs ?? 2_000;
   const summary: SweepSummary = {
     leases_expired: 0,
     tasks_requeued: 0,
@@ -159,10 +180,24 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     tasks_timed_out: 0,
     tasks_promoted: 0,
     tasks_skipped: 0,
+    tasks_cancelled: 0,
     jobs_settled: 0,
     compiles_redispatched: 0,
     compiles_failed: 0,
+    errors: 0,
     dispatch: [],
+  };
+  // One row that keeps failing (a statement timeout on a huge job, say) must
+  // not stop the repairs after it, in this sweep or the next.
+  const each = async <T>(rows: T[], what: string, repair: (row: T) => Promise<void>) => {
+    for (const row of rows) {
+      try {
+        await repair(row);
+      } catch (err) {
+        summary.errors++;
+        log('error', `sweep: ${what} failed`, { row, err });
+      }
+    }
   };
   const jobsToFollow = new Set<string>();
 
@@ -175,14 +210,14 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       limit $1`,
     [batch],
   );
-  for (const row of timedOut.rows) {
-    const repair = await endAttempt(pool, row.id, row.lease_id, 'timed_out');
-    if (!repair) continue;
+  await each(timedOut.rows, 'timing out a task', async (row) => {
+    const repair = await endAttempt(pool, row.id, row.lease_id, 'timed_out', lockTimeoutMs);
+    if (!repair) return;
     summary.tasks_timed_out++;
     summary.tasks_skipped += repair.skipped;
     if (repair.state === 'failed') summary.tasks_failed++;
     jobsToFollow.add(repair.jobId);
-  }
+  });
 
   const expired = await pool.query<{ id: string; lease_id: string }>(
     `select id, lease_id from tasks
@@ -190,15 +225,15 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       order by lease_expires_at limit $1`,
     [batch],
   );
-  for (const row of expired.rows) {
-    const repair = await endAttempt(pool, row.id, row.lease_id, 'lost');
-    if (!repair) continue;
+  await each(expired.rows, 'expiring a lease', async (row) => {
+    const repair = await endAttempt(pool, row.id, row.lease_id, 'lost', lockTimeoutMs);
+    if (!repair) return;
     summary.leases_expired++;
     summary.tasks_skipped += repair.skipped;
     if (repair.state === 'queued') summary.tasks_requeued++;
     else if (repair.state === 'failed') summary.tasks_failed++;
     if (repair.state !== 'queued') jobsToFollow.add(repair.jobId);
-  }
+  });
 
   // Ready waiting tasks and running jobs with nothing left: a follow-up that
   // never ran (a crash between the outcome's commit and the follow-up).
@@ -222,13 +257,50 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   );
   for (const row of stalled.rows) jobsToFollow.add(row.job_id);
 
-  for (const jobId of jobsToFollow) {
+  await each([...jobsToFollow], 'following up a job', async (jobId) => {
     const follow = await followUp(pool, jobId);
     summary.tasks_promoted += follow.promoted;
     summary.tasks_failed += follow.failed;
     summary.tasks_skipped += follow.skipped;
     if (follow.jobState) summary.jobs_settled++;
-  }
+  });
+
+  // A backstop: unfinished tasks of a finished job can never run, and a
+  // running one must be told to stop. Cancel and settle are written so this
+  // does not happen; if it ever does, the task would sit in the claim index.
+  const orphans = await pool.query<{ id: string }>(
+    `select t.id
+       from tasks t join jobs j on j.id = t.job_id
+      where t.state in ('waiting', 'queued', 'running')
+        and j.state in ('success', 'failed', 'cancelled')
+        and not (t.state = 'running' and t.cancel_requested)
+      limit $1`,
+    [batch],
+  );
+  await each(orphans.rows, 'cancelling an orphaned task', async (row) => {
+    const changed = await transaction(
+      pool,
+      async (tx) => {
+        const { rowCount } = await tx.query(
+          `update tasks t
+              set state = case when t.state = 'running' then t.state else 'cancelled' end,
+                  cancel_requested = t.cancel_requested or t.state = 'running',
+                  finished_at = case when t.state = 'running' then t.finished_at else now() end,
+                  queued_at = case when t.state = 'running' then t.queued_at end,
+                  error = coalesce(t.error, 'cancelled: its job had already finished')
+             from jobs j
+            where t.id = $1 and j.id = t.job_id
+              and t.state in ('waiting', 'queued', 'running')
+              and j.state in ('success', 'failed', 'cancelled')
+              and not (t.state = 'running' and t.cancel_requested)`,
+          [row.id],
+        );
+        return rowCount ?? 0;
+      },
+      { isolation: 'read committed', lockTimeoutMs },
+    );
+    summary.tasks_cancelled += changed;
+  });
 
   const pending = await pool.query<{ id: string }>(
     `select id from jobs
@@ -238,14 +310,14 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       limit $2`,
     [staleS, batch],
   );
-  for (const row of pending.rows) {
-    const result = await redispatch(pool, row.id, staleS, maxCompileAttempts);
+  await each(pending.rows, 'dispatching a compile again', async (row) => {
+    const result = await redispatch(pool, row.id, staleS, maxCompileAttempts, lockTimeoutMs);
     if (result === 'dispatch') {
       summary.compiles_redispatched++;
       summary.dispatch.push(row.id);
     } else if (result === 'failed') {
       summary.compiles_failed++;
     }
-  }
+  });
   return summary;
 }

@@ -18,6 +18,7 @@ import {
   createJob,
   type NewJob,
   startJob,
+  sweep,
 } from '../../lib/scheduler/index.ts';
 import type { JobRow, TaskSpec } from '../../lib/scheduler/types.ts';
 import { testDatabase } from '../helpers/db.ts';
@@ -467,6 +468,139 @@ test('a cancel racing 32 completions never lets a completion revive or settle th
     outcomes.cancelledMixed + outcomes.cancelledOnly > 0,
     'at least one round ended cancelled with completions recorded as cancelled',
   );
+});
+
+// Guards a past bug the second review found: cancel cancelled waiting and
+// queued tasks in one statement and flagged running ones in the next, so a task
+// that a transient failure put back in the queue between the two was missed,
+// and stayed queued in a cancelled job. Each round races a cancel against
+// transient failures (attempts left) and lost leases swept back to the queue.
+test('a cancel racing transient failures and lease expiries leaves nothing queued or unflagged', async () => {
+  const rounds = 20;
+  const width = 24;
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  let requeuedFirst = 0;
+  await withRacers(width + 2, async (racers) => {
+    for (let round = 0; round < rounds; round++) {
+      const lane = newLane();
+      const job = await startedJob(
+        pool,
+        project,
+        Array.from({ length: width }, (_, i) =>
+          laneSpec(lane, `t${i}`, { maxAttempts: 3, needs: i >= width - 4 ? ['t0'] : [] }),
+        ),
+      );
+      const claimed = await claimAll(worker, lane, width - 4);
+      // Half of them will be found by the sweep with an expired lease.
+      const lost = claimed.filter((_, i) => i % 2 === 1);
+      await pool.query(
+        `update tasks set lease_expires_at = now() - interval '1 second' where id = any($1::uuid[])`,
+        [lost.map((t) => t.id)],
+      );
+      const failing = claimed.filter((_, i) => i % 2 === 0);
+      const settled = await race<unknown>([
+        async () => {
+          await sleep(Math.random() * 6);
+          return cancelJob(racers, job.id, 'race');
+        },
+        () => sweep(racers),
+        ...failing.map((task) => async () => {
+          await sleep(Math.random() * 6);
+          return completeTask(racers, {
+            workerId: task.worker_id!,
+            taskId: task.id,
+            leaseId: task.lease_id!,
+            outcome: 'failed',
+            transient: true,
+          });
+        }),
+      ]);
+      fulfilled(settled, 'cancel, sweep or completion');
+      const { rows } = await pool.query<{ state: string; cancel_requested: boolean; n: number }>(
+        `select state, cancel_requested, count(*)::int as n from tasks where job_id = $1
+          group by state, cancel_requested`,
+        [job.id],
+      );
+      assert.equal((await jobRow(job.id)).state, 'cancelled');
+      for (const r of rows) {
+        assert.ok(
+          r.state === 'cancelled' || (r.state === 'running' && r.cancel_requested),
+          `every task is cancelled or told to stop: ${JSON.stringify(rows)}`,
+        );
+      }
+      const attempts = await pool.query(
+        `select count(*)::int as n from task_attempts a join tasks t on t.id = a.task_id
+          where t.job_id = $1 and a.result_state = 'queued'`,
+        [job.id],
+      );
+      if (attempts.rows[0].n > 0) requeuedFirst++;
+    }
+  });
+  console.log(
+    `cancel vs requeues: ${requeuedFirst} of ${rounds} rounds requeued a task before the cancel`,
+  );
+  assert.ok(requeuedFirst > 0, 'some rounds requeued tasks while the cancel ran');
+});
+
+/** Waits until some connection to this file's database is waiting for a lock. */
+async function untilSomeoneWaitsForALock(): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const { rows } = await pool.query(
+      `select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`,
+    );
+    if (rows[0].n > 0) return;
+    await sleep(10);
+  }
+  assert.fail('nobody started waiting for a lock');
+}
+
+// The interleaving the second review found, forced with a held lock: the cancel
+// is stopped half-way (another task's row is locked), a transient failure puts a
+// running task back in the queue meanwhile, then the cancel goes on. It once
+// left that task queued in the cancelled job.
+test('a task requeued while a cancel is half-way is cancelled too', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const lane = newLane();
+  const job = await startedJob(pool, project, [
+    laneSpec(lane, 'x', { maxAttempts: 3 }),
+    laneSpec(lane, 'y'),
+  ]);
+  const x = await claimTask(pool, worker, [lane]);
+  assert.equal(x?.name, 'x');
+  const y = await pool.query<{ id: string }>(
+    `select id from tasks where job_id = $1 and name = 'y'`,
+    [job.id],
+  );
+  await withRacers(3, async (racers) => {
+    const blocker = await racers.connect();
+    await blocker.query('begin');
+    await blocker.query('select 1 from tasks where id = $1 for update', [y.rows[0]!.id]);
+    const cancel = cancelJob(racers, job.id, 'half-way');
+    await untilSomeoneWaitsForALock();
+    const requeue = completeTask(racers, {
+      workerId: worker,
+      taskId: x!.id,
+      leaseId: x!.lease_id!,
+      outcome: 'failed',
+      transient: true,
+    });
+    await sleep(100);
+    await blocker.query('rollback');
+    blocker.release();
+    await Promise.all([cancel, requeue]);
+  });
+  const after = await pool.query<{ name: string; state: string }>(
+    'select name, state from tasks where job_id = $1 order by name',
+    [job.id],
+  );
+  assert.equal((await jobRow(job.id)).state, 'cancelled');
+  assert.deepEqual(after.rows, [
+    { name: 'x', state: 'cancelled' },
+    { name: 'y', state: 'cancelled' },
+  ]);
 });
 
 // Guards a past bug: cancelJobsTx ran at REPEATABLE READ, where its UPDATE of

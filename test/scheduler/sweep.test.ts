@@ -37,9 +37,11 @@ const NOTHING: Readonly<SweepSummary> = {
   tasks_timed_out: 0,
   tasks_promoted: 0,
   tasks_skipped: 0,
+  tasks_cancelled: 0,
   jobs_settled: 0,
   compiles_redispatched: 0,
   compiles_failed: 0,
+  errors: 0,
   dispatch: [],
 };
 
@@ -716,4 +718,61 @@ test('the sweep counts the dependents it skips when it fails a lost or timed-out
       jobs_settled: 2,
     }),
   );
+});
+
+test('the sweep cancels unfinished tasks left in a finished job and flags running ones', async () => {
+  const project = await makeProject(pool);
+  const worker = await makeWorker(pool);
+  const job = await startedJob(pool, project, [spec('left-queued'), spec('left-running')]);
+  const running = await claimTask(pool, worker, []);
+  assert.ok(running);
+  // The state a lost race could once leave behind: the job cancelled around
+  // tasks that were not.
+  await pool.query(`update jobs set state = 'cancelled', finished_at = now() where id = $1`, [
+    job.id,
+  ]);
+  const result = await sweep(pool);
+  assert.equal(result.tasks_cancelled, 2);
+  const tasks = await tasksOf(pool, job.id);
+  const queued = Object.values(tasks).find((t) => t.id !== running.id)!;
+  assert.equal(queued.state, 'cancelled');
+  assert.equal(tasks[running.name]!.state, 'running');
+  assert.equal(tasks[running.name]!.cancel_requested, true);
+  assert.equal((await sweep(pool)).tasks_cancelled, 0, 'a second sweep finds nothing');
+});
+
+test('a repair that fails is counted and the sweep goes on with the rest', async () => {
+  const project = await makeProject(pool);
+  const { job } = await createJob(pool, {
+    projectId: project,
+    ref: 'refs/heads/main',
+    sha: sha(9),
+    trigger: 'push',
+    trusted: true,
+  });
+  await pool.query(`update jobs set dispatched_at = now() - interval '1 hour' where id = $1`, [
+    job.id,
+  ]);
+  // A lock held elsewhere makes the first repair time out.
+  const blocker = await pool.connect();
+  try {
+    const other = await createJob(pool, {
+      projectId: project,
+      ref: 'refs/heads/other',
+      sha: sha(8),
+      trigger: 'push',
+      trusted: true,
+    });
+    await pool.query(`update jobs set dispatched_at = now() - interval '2 hours' where id = $1`, [
+      other.job.id,
+    ]);
+    await blocker.query('begin');
+    await blocker.query('select 1 from jobs where id = $1 for update', [other.job.id]);
+    const result = await sweep(pool, { lockTimeoutMs: 100 });
+    assert.equal(result.errors, 1);
+    assert.deepEqual(result.dispatch, [job.id], 'the job after the stuck one was still dispatched');
+  } finally {
+    await blocker.query('rollback');
+    blocker.release();
+  }
 });
