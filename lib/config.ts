@@ -6,12 +6,24 @@ import { z } from 'zod';
 const positiveInt = (max: number) => z.coerce.number().int().min(1).max(max);
 
 export const ConfigSchema = z.object({
+  /** Unset: the embedded PostgreSQL under CONDUCTOR_DATA_DIR (local only). */
   DATABASE_URL: z
     .string()
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
     .optional(),
+  PORT: positiveInt(65535).default(8080),
+  /** Unset locally: generated on first start and kept in the data directory. */
+  CONDUCTOR_ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   CONDUCTOR_DATA_DIR: z.string().min(1).default('.conductor'),
+  /** One or more keys (comma-separated, the first seals); unset locally: generated and kept. */
+  CONDUCTOR_SECRET_KEY: z.string().min(1).optional(),
+  CONDUCTOR_GITHUB_API_URL: z.string().url().default('https://api.github.com'),
+  CONDUCTOR_LEASE_S: positiveInt(3600).default(60),
+  CONDUCTOR_SWEEP_INTERVAL_S: positiveInt(3600).default(10),
+  /** The compile Lambda's name; unset means compile runs in-process. */
+  CONDUCTOR_COMPILE_FUNCTION: z.string().min(1).optional(),
   CONDUCTOR_DB_POOL_MAX: positiveInt(1000).default(10),
+  CONDUCTOR_LOG_MAX_BYTES: positiveInt(2 ** 40).default(64 * 1024 * 1024),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 

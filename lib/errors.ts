@@ -2,6 +2,8 @@
 export class AppError extends Error {
   readonly status: number;
   readonly code: string;
+  /** Fields a client needs beside the message (a conflict's current log size, say). */
+  details?: Record<string, unknown>;
   get expose(): boolean {
     return this.status < 500;
   }

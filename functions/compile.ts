@@ -1,0 +1,26 @@
+import middy from '@middy/core';
+import { z } from 'zod';
+import { compileJob } from '../lib/compile.ts';
+import { getContext } from '../lib/context.ts';
+import { ValidationError } from '../lib/errors.ts';
+import { zodIssues } from '../lib/http/index.ts';
+
+export const CompileEventSchema = z.object({
+  job_id: z.string().regex(/^[0-9a-f-]{36}$/i, 'must be a job id'),
+});
+
+/** An async invocation `{ "job_id" }` from the webhook, the api or the sweep; safe to run twice. */
+async function main(event: unknown) {
+  const parsed = CompileEventSchema.safeParse(event);
+  if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
+  const ctx = await getContext();
+  const outcome = await compileJob(
+    ctx.pool,
+    ctx.keyring,
+    ctx.config.CONDUCTOR_GITHUB_API_URL,
+    parsed.data.job_id.toLowerCase(),
+  );
+  return { job_id: parsed.data.job_id, outcome };
+}
+
+export const handler = middy({ timeoutEarlyInMillis: 0 }).handler(main);

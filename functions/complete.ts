@@ -1,0 +1,41 @@
+import { z } from 'zod';
+import { requireWorker } from '../lib/auth.ts';
+import { getContext } from '../lib/context.ts';
+import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
+import { LeaseIdSchema } from '../lib/http/schemas.ts';
+import { completeTask } from '../lib/scheduler/index.ts';
+
+export const CompleteSchema = z.strictObject({
+  lease_id: LeaseIdSchema,
+  outcome: z.enum(['success', 'failed', 'cancelled']),
+  exit_code: z.number().int().min(-2_147_483_648).max(2_147_483_647).nullable().optional(),
+  outputs: z
+    .record(
+      z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'output names are letters, digits and _'),
+      z.string().max(1024 * 1024),
+    )
+    .optional(),
+  transient: z.boolean().optional(),
+  error: z.string().max(10_000).nullable().optional(),
+});
+
+/** POST /v1/runner/tasks/{id}/complete */
+async function main(event: HttpEvent): Promise<Reply> {
+  const ctx = await getContext();
+  const worker = await requireWorker(ctx.pool, event);
+  const taskId = idParam(event, 'id', 'task');
+  const body = jsonBody(event, CompleteSchema);
+  const result = await completeTask(ctx.pool, {
+    workerId: worker.id,
+    taskId,
+    leaseId: body.lease_id,
+    outcome: body.outcome,
+    exitCode: body.exit_code ?? null,
+    outputs: body.outputs ?? {},
+    transient: body.transient ?? false,
+    error: body.error ?? null,
+  });
+  return { status: 200, body: { state: result.state, job_state: result.job_state } };
+}
+
+export const handler = httpFunction(main, { maxBodyBytes: 8 * 1024 * 1024 });

@@ -1,0 +1,20 @@
+import { dispatchCompile, getContext } from '../lib/context.ts';
+import { type HttpEvent, httpFunction, type Reply, rawBody } from '../lib/http/index.ts';
+import { MAX_WEBHOOK_BYTES, receiveWebhook } from '../lib/webhooks.ts';
+
+/** POST /v1/webhooks/github and /v1/webhooks/gitea. */
+async function main(event: HttpEvent): Promise<Reply> {
+  const ctx = await getContext();
+  const forge = event.rawPath.endsWith('/gitea') ? 'gitea' : 'github';
+  const { reply, compile } = await receiveWebhook(
+    ctx.pool,
+    ctx.keyring,
+    forge,
+    event.headers ?? {},
+    rawBody(event),
+  );
+  if (compile) await dispatchCompile(ctx, compile);
+  return reply;
+}
+
+export const handler = httpFunction(main, { maxBodyBytes: MAX_WEBHOOK_BYTES });

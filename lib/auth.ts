@@ -1,0 +1,43 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Queryable } from './db/index.ts';
+import { UnauthorizedError } from './errors.ts';
+import { bearerToken, type HttpEvent } from './http/index.ts';
+
+/** SHA-256 of a bearer token: what the database keeps instead of the token. */
+export function hashToken(token: string): Buffer {
+  return createHash('sha256').update(token, 'utf8').digest();
+}
+
+/** A new random bearer token; the prefix says what kind it is when it turns up in a log. */
+export function newToken(prefix: 'cw' | 'ca'): string {
+  return `${prefix}_${randomBytes(32).toString('base64url')}`;
+}
+
+/** Requires the admin token; any other token, or none, is a 401. */
+export function requireAdmin(event: HttpEvent, adminToken: string): void {
+  const token = bearerToken(event);
+  // Compare digests: equal lengths for timingSafeEqual, and no early exit
+  // that tells an attacker how much of a guess was right.
+  if (!token || !timingSafeEqual(hashToken(token), hashToken(adminToken))) {
+    throw new UnauthorizedError('an admin token is required');
+  }
+}
+
+export interface AuthenticatedWorker {
+  id: string;
+  name: string;
+  labels: string[];
+}
+
+/** Requires the token of a worker that is not revoked; any other token, or none, is a 401. */
+export async function requireWorker(db: Queryable, event: HttpEvent): Promise<AuthenticatedWorker> {
+  const token = bearerToken(event);
+  if (!token) throw new UnauthorizedError('a worker token is required');
+  const { rows } = await db.query<AuthenticatedWorker>(
+    'select id, name, labels from workers where token_hash = $1 and not revoked',
+    [hashToken(token)],
+  );
+  const worker = rows[0];
+  if (!worker) throw new UnauthorizedError('a worker token is required');
+  return worker;
+}

@@ -1,0 +1,206 @@
+// The HTTP side of every function: API Gateway HTTP API (v2) events in,
+// structured results out, with one error shape for the whole contract.
+import { randomUUID } from 'node:crypto';
+import middy, { type MiddlewareObj } from '@middy/core';
+import type {
+  APIGatewayProxyEventV2,
+  APIGatewayProxyStructuredResultV2,
+  Context,
+} from 'aws-lambda';
+import type { z } from 'zod';
+import {
+  AppError,
+  BadRequestError,
+  NotFoundError,
+  PayloadTooLargeError,
+  ValidationError,
+  type ValidationIssue,
+} from '../errors.ts';
+import { log, withRequestId } from '../log.ts';
+
+export type HttpEvent = APIGatewayProxyEventV2;
+export type HttpResult = APIGatewayProxyStructuredResultV2;
+
+/** What a handler answers: JSON `body`, or plain `text`, with a status. */
+export interface Reply {
+  status: number;
+  body?: unknown;
+  text?: string;
+  headers?: Record<string, string>;
+}
+
+/** The request body as the client sent it (API Gateway base64-encodes some bodies). */
+export function rawBody(event: HttpEvent): Buffer {
+  if (event.body === undefined || event.body === null) return Buffer.alloc(0);
+  return event.isBase64Encoded
+    ? Buffer.from(event.body, 'base64')
+    : Buffer.from(event.body, 'utf8');
+}
+
+/** Turns zod issues into validation issues whose paths name the fields. */
+export function zodIssues(error: z.ZodError, prefix = ''): ValidationIssue[] {
+  return error.issues.map((issue) => {
+    const path = issue.path.map(String).join('.');
+    const full = [prefix, path].filter(Boolean).join('.');
+    let message = issue.message;
+    if (issue.code === 'invalid_type' && /received undefined$/.test(issue.message)) {
+      message = 'is required';
+    } else if (issue.code === 'unrecognized_keys') {
+      message = `unknown field${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
+    }
+    return { path: full || (prefix ? prefix : 'body'), message };
+  });
+}
+
+/** Parses the JSON body against a schema; anything else is a 400 naming the field. */
+export function jsonBody<S extends z.ZodType>(event: HttpEvent, schema: S): z.infer<S> {
+  const raw = rawBody(event);
+  let value: unknown;
+  if (raw.length === 0) {
+    value = {};
+  } else {
+    try {
+      value = JSON.parse(raw.toString('utf8'));
+    } catch {
+      throw new BadRequestError('the body is not valid JSON');
+    }
+  }
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
+  return parsed.data;
+}
+
+/** Parses the query string against a schema; a bad value is a 400 naming the parameter. */
+export function queryParams<S extends z.ZodType>(event: HttpEvent, schema: S): z.infer<S> {
+  const parsed = schema.safeParse(event.queryStringParameters ?? {});
+  if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
+  return parsed.data;
+}
+
+/** A path parameter; the route guarantees it is there. */
+export function pathParam(event: HttpEvent, name: string): string {
+  const value = event.pathParameters?.[name];
+  if (value === undefined) throw new NotFoundError(`no ${name} in the path`);
+  return value;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** A path parameter that must be a UUID: anything else cannot exist, so it is a 404. */
+export function idParam(event: HttpEvent, name: string, what: string): string {
+  const value = pathParam(event, name);
+  if (!UUID.test(value)) throw new NotFoundError(`${what} ${value} does not exist`);
+  return value.toLowerCase();
+}
+
+/** The bearer token of the Authorization header, if any. */
+export function bearerToken(event: HttpEvent): string | undefined {
+  const header = event.headers?.authorization ?? event.headers?.Authorization;
+  const match = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+  return match?.[1];
+}
+
+/** A header by case-insensitive name. */
+export function header(event: HttpEvent, name: string): string | undefined {
+  const wanted = name.toLowerCase();
+  for (const [key, value] of Object.entries(event.headers ?? {})) {
+    if (key.toLowerCase() === wanted) return value;
+  }
+  return undefined;
+}
+
+function requestIdOf(event: HttpEvent): string {
+  return event.requestContext?.requestId ?? randomUUID();
+}
+
+function errorReply(err: unknown, requestId: string): HttpResult {
+  let status = 500;
+  let code = 'internal';
+  let message = 'internal error';
+  let extra: Record<string, unknown> = {};
+  let details: Record<string, unknown> = {};
+  if (err instanceof AppError && err.expose) {
+    status = err.status;
+    code = err.code;
+    message = err.message;
+    if (err instanceof ValidationError) extra = { issues: err.issues };
+    details = err.details ?? {};
+  } else {
+    log('error', 'request failed', { err });
+  }
+  return {
+    statusCode: status,
+    headers: { 'content-type': 'application/json', 'x-request-id': requestId },
+    // Details go beside the error too, where a client reads them (`size` of a
+    // log conflict).
+    body: JSON.stringify({
+      ...details,
+      error: { code, message, request_id: requestId, ...extra, ...details },
+    }),
+  };
+}
+
+function toResult(reply: Reply, requestId: string): HttpResult {
+  const headers: Record<string, string> = { 'x-request-id': requestId, ...reply.headers };
+  if (reply.text !== undefined) {
+    return {
+      statusCode: reply.status,
+      headers: { 'content-type': 'text/plain; charset=utf-8', ...headers },
+      body: reply.text,
+    };
+  }
+  if (reply.body === undefined) return { statusCode: reply.status, headers, body: '' };
+  return {
+    statusCode: reply.status,
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(reply.body),
+  };
+}
+
+/**
+ * The middleware every HTTP function uses: a body size limit (413 before
+ * anything else reads it), the reply turned into an API Gateway result, and
+ * every error into the contract's error shape (an unexpected one is logged and
+ * answered 500 with nothing from its message).
+ */
+export function httpMiddleware(opts: {
+  maxBodyBytes: number;
+}): MiddlewareObj<HttpEvent, HttpResult> {
+  return {
+    name: 'conductor-http',
+    before: (request) => {
+      const body = request.event.body;
+      if (body) {
+        const bytes = request.event.isBase64Encoded
+          ? Math.floor((body.length * 3) / 4)
+          : Buffer.byteLength(body, 'utf8');
+        if (bytes > opts.maxBodyBytes) {
+          throw new PayloadTooLargeError(`the body is over ${opts.maxBodyBytes} bytes`);
+        }
+      }
+    },
+    after: (request) => {
+      request.response = toResult(request.response as unknown as Reply, requestIdOf(request.event));
+    },
+    onError: (request) => {
+      request.response = errorReply(request.error, requestIdOf(request.event));
+    },
+  };
+}
+
+/** Wraps a handler main into a Lambda handler for HTTP API events. */
+export function httpFunction(
+  main: (event: HttpEvent) => Promise<Reply>,
+  opts: { maxBodyBytes: number } = { maxBodyBytes: 1024 * 1024 },
+): (event: HttpEvent, context: Context) => Promise<HttpResult> {
+  // timeoutEarlyInMillis 0: the local server has no Lambda deadline to watch.
+  const handler = middy<HttpEvent, HttpResult>({ timeoutEarlyInMillis: 0 })
+    .use(httpMiddleware(opts))
+    .handler(main as unknown as (event: HttpEvent) => Promise<HttpResult>);
+  return (event, context) => {
+    // One id for the whole request: the log lines and the error body agree.
+    const requestId = requestIdOf(event);
+    event.requestContext = { ...event.requestContext, requestId };
+    return withRequestId(requestId, () => handler(event, context));
+  };
+}

@@ -1,0 +1,78 @@
+// Every route of the HTTP contract and the function that serves it. The local
+// server and the deployment (infra/) both read this table, so a route cannot
+// go to one function here and another in AWS.
+
+export type FunctionName = 'webhook' | 'claim' | 'heartbeat' | 'logs' | 'complete' | 'api';
+
+export interface Route {
+  method: 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+  /** API Gateway syntax: `{name}` is one path segment. */
+  path: string;
+  fn: FunctionName;
+}
+
+export const ROUTES: readonly Route[] = [
+  { method: 'POST', path: '/v1/webhooks/github', fn: 'webhook' },
+  { method: 'POST', path: '/v1/webhooks/gitea', fn: 'webhook' },
+  { method: 'POST', path: '/v1/runner/claim', fn: 'claim' },
+  { method: 'POST', path: '/v1/runner/tasks/{id}/heartbeat', fn: 'heartbeat' },
+  { method: 'POST', path: '/v1/runner/tasks/{id}/logs', fn: 'logs' },
+  { method: 'POST', path: '/v1/runner/tasks/{id}/complete', fn: 'complete' },
+  { method: 'GET', path: '/v1/health', fn: 'api' },
+  { method: 'POST', path: '/v1/projects', fn: 'api' },
+  { method: 'GET', path: '/v1/projects', fn: 'api' },
+  { method: 'GET', path: '/v1/projects/{id}', fn: 'api' },
+  { method: 'PATCH', path: '/v1/projects/{id}', fn: 'api' },
+  { method: 'DELETE', path: '/v1/projects/{id}', fn: 'api' },
+  { method: 'POST', path: '/v1/projects/{id}/webhook-secret', fn: 'api' },
+  { method: 'GET', path: '/v1/projects/{id}/secrets', fn: 'api' },
+  { method: 'PUT', path: '/v1/projects/{id}/secrets/{name}', fn: 'api' },
+  { method: 'DELETE', path: '/v1/projects/{id}/secrets/{name}', fn: 'api' },
+  { method: 'GET', path: '/v1/projects/{id}/jobs', fn: 'api' },
+  { method: 'POST', path: '/v1/projects/{id}/jobs', fn: 'api' },
+  { method: 'GET', path: '/v1/jobs/{id}', fn: 'api' },
+  { method: 'POST', path: '/v1/jobs/{id}/cancel', fn: 'api' },
+  { method: 'POST', path: '/v1/jobs/{id}/rerun', fn: 'api' },
+  { method: 'GET', path: '/v1/tasks/{id}/log', fn: 'api' },
+  { method: 'POST', path: '/v1/workers', fn: 'api' },
+  { method: 'GET', path: '/v1/workers', fn: 'api' },
+  { method: 'DELETE', path: '/v1/workers/{id}', fn: 'api' },
+];
+
+/** The API Gateway route key of a route, e.g. `POST /v1/projects/{id}`. */
+export function routeKey(route: Route): string {
+  return `${route.method} ${route.path}`;
+}
+
+export interface Match {
+  route: Route;
+  params: Record<string, string>;
+}
+
+/** Finds the route for a method and path, with its path parameters decoded. */
+export function matchRoute(method: string, path: string): Match | undefined {
+  const segments = path.split('/');
+  for (const route of ROUTES) {
+    if (route.method !== method) continue;
+    const pattern = route.path.split('/');
+    if (pattern.length !== segments.length) continue;
+    const params: Record<string, string> = {};
+    let ok = true;
+    for (let i = 0; i < pattern.length && ok; i++) {
+      const p = pattern[i]!;
+      const s = segments[i]!;
+      if (p.startsWith('{') && p.endsWith('}')) {
+        if (s === '') ok = false;
+        else {
+          try {
+            params[p.slice(1, -1)] = decodeURIComponent(s);
+          } catch {
+            ok = false;
+          }
+        }
+      } else if (p !== s) ok = false;
+    }
+    if (ok) return { route, params };
+  }
+  return undefined;
+}

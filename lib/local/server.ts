@@ -1,0 +1,140 @@
+// The local HTTP server: each request becomes the API Gateway HTTP API (v2)
+// event the deployed function would get (raw body preserved, base64-encoded as
+// API Gateway does for binary bodies), and the function's result becomes the
+// response. Routes go to functions through the same table the deployment uses.
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Context } from 'aws-lambda';
+import type { HttpEvent, HttpResult } from '../http/index.ts';
+import { type FunctionName, matchRoute } from '../http/routes.ts';
+import { log } from '../log.ts';
+
+export type HttpHandler = (event: HttpEvent, context: Context) => Promise<HttpResult>;
+export type Handlers = Record<FunctionName, HttpHandler>;
+
+// Above every function's own limit, so each answers its own 413.
+const MAX_BODY = 16 * 1024 * 1024;
+
+function lambdaContext(fn: string, requestId: string): Context {
+  return {
+    callbackWaitsForEmptyEventLoop: false,
+    functionName: `conductor-${fn}`,
+    functionVersion: '$LATEST',
+    invokedFunctionArn: `arn:aws:lambda:local:000000000000:function:conductor-${fn}`,
+    memoryLimitInMB: '512',
+    awsRequestId: requestId,
+    logGroupName: `/local/conductor-${fn}`,
+    logStreamName: 'local',
+    getRemainingTimeInMillis: () => 30_000,
+    done: () => {},
+    fail: () => {},
+    succeed: () => {},
+  };
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer | 'too large'> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_BODY) return 'too large';
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** The API Gateway v2 event for a request. */
+export function toEvent(req: IncomingMessage, body: Buffer, requestId: string): HttpEvent {
+  const url = new URL(req.url ?? '/', 'http://localhost');
+  const method = (req.method ?? 'GET').toUpperCase();
+  const match = matchRoute(method, url.pathname);
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value !== undefined)
+      headers[name.toLowerCase()] = Array.isArray(value) ? value.join(',') : value;
+  }
+  const query: Record<string, string> = {};
+  for (const [name, value] of url.searchParams) {
+    query[name] = query[name] === undefined ? value : `${query[name]},${value}`;
+  }
+  const routeKey = match ? `${match.route.method} ${match.route.path}` : '$default';
+  const now = new Date();
+  return {
+    version: '2.0',
+    routeKey,
+    rawPath: url.pathname,
+    rawQueryString: url.search.slice(1),
+    headers,
+    ...(Object.keys(query).length ? { queryStringParameters: query } : {}),
+    ...(match && Object.keys(match.params).length ? { pathParameters: match.params } : {}),
+    requestContext: {
+      accountId: 'local',
+      apiId: 'local',
+      domainName: headers.host ?? 'localhost',
+      domainPrefix: 'local',
+      http: {
+        method,
+        path: url.pathname,
+        protocol: `HTTP/${req.httpVersion}`,
+        sourceIp: req.socket.remoteAddress ?? '127.0.0.1',
+        userAgent: headers['user-agent'] ?? '',
+      },
+      requestId,
+      routeKey,
+      stage: '$default',
+      time: now.toUTCString(),
+      timeEpoch: now.getTime(),
+    },
+    ...(body.length ? { body: body.toString('base64') } : {}),
+    isBase64Encoded: body.length > 0,
+  };
+}
+
+function send(res: ServerResponse, result: HttpResult): void {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(result.headers ?? {})) headers[name] = String(value);
+  const body = result.body
+    ? Buffer.from(result.body, result.isBase64Encoded ? 'base64' : 'utf8')
+    : Buffer.alloc(0);
+  res.writeHead(result.statusCode ?? 200, { ...headers, 'content-length': String(body.length) });
+  res.end(body);
+}
+
+/** An HTTP server that serves the functions as API Gateway would. */
+export function createLocalServer(handlers: Handlers): Server {
+  return createServer(async (req, res) => {
+    const requestId = randomUUID();
+    try {
+      const body = await readBody(req);
+      if (body === 'too large') {
+        send(res, {
+          statusCode: 413,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            error: {
+              code: 'payload_too_large',
+              message: 'the body is too large',
+              request_id: requestId,
+            },
+          }),
+        });
+        return;
+      }
+      const event = toEvent(req, body, requestId);
+      const match = matchRoute(event.requestContext.http.method, event.rawPath);
+      const fn: FunctionName = match?.route.fn ?? 'api';
+      send(res, await handlers[fn](event, lambdaContext(fn, requestId)));
+    } catch (err) {
+      log('error', 'the local server failed a request', { err, request_id: requestId });
+      if (!res.headersSent) {
+        send(res, {
+          statusCode: 500,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            error: { code: 'internal', message: 'internal error', request_id: requestId },
+          }),
+        });
+      }
+    }
+  });
+}

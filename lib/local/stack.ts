@@ -1,0 +1,146 @@
+// `npm start`: the whole control plane on one machine. An embedded PostgreSQL
+// (or DATABASE_URL), migrations, the functions behind a local HTTP server,
+// compiles in-process, and the sweep on a timer.
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import type { AddressInfo } from 'node:net';
+import { join, resolve } from 'node:path';
+import { newToken } from '../auth.ts';
+import { type Config, loadConfig } from '../config.ts';
+import { type AppContext, clearContext, inProcessDispatcher, setContext } from '../context.ts';
+import { createPool, migrate, type Pool } from '../db/index.ts';
+import { log } from '../log.ts';
+import { generateKey, parseKeyring } from '../secrets.ts';
+import { runSweep } from '../sweeper.ts';
+import { startEmbeddedPostgres } from './postgres.ts';
+import { createLocalServer, type Handlers } from './server.ts';
+
+export interface LocalStack {
+  url: string;
+  adminToken: string;
+  context: AppContext;
+  /** Where the database is: the embedded server's data directory, or DATABASE_URL. */
+  database: string;
+  stop(): Promise<void>;
+}
+
+/** A value kept in a file of the data directory, generated on first use. */
+async function keptValue(dir: string, file: string, make: () => string): Promise<string> {
+  const path = join(dir, file);
+  if (existsSync(path)) return (await readFile(path, 'utf8')).trim();
+  const value = make();
+  await writeFile(path, `${value}\n`, { mode: 0o600 });
+  await chmod(path, 0o600);
+  return value;
+}
+
+async function loadHandlers(): Promise<Handlers> {
+  const [webhook, claim, heartbeat, logs, complete, api] = await Promise.all([
+    import('../../functions/webhook.ts'),
+    import('../../functions/claim.ts'),
+    import('../../functions/heartbeat.ts'),
+    import('../../functions/logs.ts'),
+    import('../../functions/complete.ts'),
+    import('../../functions/api.ts'),
+  ]);
+  return {
+    webhook: webhook.handler,
+    claim: claim.handler,
+    heartbeat: heartbeat.handler,
+    logs: logs.handler,
+    complete: complete.handler,
+    api: api.handler,
+  };
+}
+
+/** Starts the local stack; `env` defaults to the process environment. */
+export async function startLocalStack(
+  env: NodeJS.ProcessEnv = process.env,
+  opts: { sweep?: boolean } = {},
+): Promise<LocalStack> {
+  const config: Config = loadConfig(env);
+  const dataDir = resolve(config.CONDUCTOR_DATA_DIR);
+  await mkdir(dataDir, { recursive: true });
+  const adminToken =
+    config.CONDUCTOR_ADMIN_TOKEN ?? (await keptValue(dataDir, 'admin-token', () => newToken('ca')));
+  const secretKey =
+    config.CONDUCTOR_SECRET_KEY ?? (await keptValue(dataDir, 'secret-key', generateKey));
+
+  let stopDatabase = async () => {};
+  let databaseUrl = config.DATABASE_URL;
+  let database = 'DATABASE_URL';
+  if (!databaseUrl) {
+    const server = await startEmbeddedPostgres({ dataDir: join(dataDir, 'pg') });
+    const admin = createPool({ url: server.url(), max: 1 });
+    try {
+      const { rows } = await admin.query("select 1 from pg_database where datname = 'conductor'");
+      if (rows.length === 0) await server.createDatabase('conductor');
+    } finally {
+      await admin.end();
+    }
+    databaseUrl = server.url('conductor');
+    database = `embedded PostgreSQL in ${server.dataDir} (port ${server.port})`;
+    stopDatabase = () => server.stop();
+  }
+
+  const pool: Pool = createPool({ url: databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX }, (err) =>
+    log('warn', 'idle database connection failed', { err }),
+  );
+  try {
+    await migrate(pool, undefined, (line) => log('info', line));
+  } catch (err) {
+    await pool.end();
+    await stopDatabase();
+    throw err;
+  }
+
+  const context: AppContext = {
+    config,
+    pool,
+    keyring: parseKeyring(secretKey),
+    adminToken,
+    dispatchCompile: async () => {},
+  };
+  context.dispatchCompile = inProcessDispatcher(() => context);
+  setContext(context);
+
+  const server = createLocalServer(await loadHandlers());
+  await new Promise<void>((done, fail) => {
+    server.once('error', fail);
+    server.listen(config.PORT, '127.0.0.1', () => done());
+  });
+  const { port } = server.address() as AddressInfo;
+
+  let sweeping: Promise<unknown> | undefined;
+  const timer =
+    opts.sweep === false
+      ? undefined
+      : setInterval(() => {
+          // A sweep still running when the next is due is not doubled.
+          sweeping ??= runSweep(context)
+            .catch((err) => log('error', 'sweep failed', { err }))
+            .finally(() => {
+              sweeping = undefined;
+            });
+        }, config.CONDUCTOR_SWEEP_INTERVAL_S * 1000);
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    adminToken,
+    context,
+    database,
+    async stop() {
+      if (timer) clearInterval(timer);
+      await new Promise<void>((done) => {
+        server.close(() => done());
+        server.closeIdleConnections();
+      });
+      await sweeping;
+      // Let in-process compiles started by the last requests finish.
+      await new Promise((r) => setTimeout(r, 50));
+      clearContext();
+      await pool.end();
+      await stopDatabase();
+    },
+  };
+}

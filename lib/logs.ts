@@ -1,0 +1,142 @@
+// Task logs, stored per attempt in chunks keyed by the byte offset the runner
+// counted, so a retried upload of a chunk is recognised and stored once.
+import { type Pool, type Queryable, transaction } from './db/index.ts';
+import { ConflictError, NotFoundError, PayloadTooLargeError } from './errors.ts';
+import { secretValues } from './projects.ts';
+import type { Keyring } from './secrets.ts';
+
+export const MAX_CHUNK_BYTES = 1024 * 1024;
+const MASK = '***';
+// Shorter values would mask common text ("1", "on") everywhere they appear.
+const MIN_MASKED_LENGTH = 3;
+
+/** Replaces every occurrence of each secret value with ***, longest values first. */
+export function maskSecrets(text: string, values: string[]): string {
+  let out = text;
+  const masked = values
+    .filter((v) => v.length >= MIN_MASKED_LENGTH)
+    .sort((a, b) => b.length - a.length);
+  for (const value of masked) out = out.split(value).join(MASK);
+  return out;
+}
+
+export interface AppendLog {
+  workerId: string;
+  taskId: string;
+  leaseId: string;
+  offset: number;
+  data: string;
+  /** The most a task's attempt may log, in bytes. */
+  maxBytes: number;
+}
+
+/**
+ * Appends a chunk to the current attempt's log. `offset` and the answered size
+ * count the bytes the runner sent (UTF-8). A chunk already stored (wholly
+ * below the size) is accepted without storing it again; the part of a chunk
+ * past the size is stored; an offset past the size is a conflict that carries
+ * the size, so the runner can resend from there.
+ */
+export async function appendLog(
+  pool: Pool,
+  keyring: Keyring,
+  input: AppendLog,
+): Promise<{ size: number }> {
+  const bytes = Buffer.from(input.data, 'utf8');
+  if (bytes.length > MAX_CHUNK_BYTES) {
+    throw new PayloadTooLargeError(`a log chunk is at most ${MAX_CHUNK_BYTES} bytes`);
+  }
+  return transaction(pool, async (tx) => {
+    // Locking the attempt row serialises the chunks of one attempt.
+    const { rows } = await tx.query<{
+      state: string;
+      lease_id: string | null;
+      worker_id: string | null;
+      attempt: number;
+      log_size: number;
+      project_id: string;
+      trusted: boolean;
+      secrets: string[];
+    }>(
+      `select t.state, t.lease_id, t.worker_id, t.attempt, a.log_size, j.project_id, j.trusted,
+              t.secrets
+         from tasks t
+         join jobs j on j.id = t.job_id
+         left join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
+        where t.id = $1
+        for update of a`,
+      [input.taskId],
+    );
+    const task = rows[0];
+    if (!task) throw new NotFoundError(`task ${input.taskId} does not exist`);
+    if (
+      task.state !== 'running' ||
+      task.lease_id !== input.leaseId ||
+      task.worker_id !== input.workerId
+    ) {
+      throw new ConflictError(
+        `lease is not the task's current one (expired, completed, or held by another worker)`,
+      );
+    }
+    const size = task.log_size;
+    if (input.offset > size) {
+      const err = new ConflictError(`offset ${input.offset} is past the log's size ${size}`);
+      err.details = { size };
+      throw err;
+    }
+    if (input.offset + bytes.length <= size) return { size };
+    const tail = bytes.subarray(size - input.offset);
+    if (size + tail.length > input.maxBytes) {
+      throw new PayloadTooLargeError(
+        `the log of this attempt reached its limit of ${input.maxBytes} bytes`,
+      );
+    }
+    let text = tail.toString('utf8');
+    if (task.trusted && task.secrets.length > 0) {
+      const values = await secretValues(tx, keyring, task.project_id, task.secrets);
+      text = maskSecrets(text, Object.values(values));
+    }
+    await tx.query(
+      `insert into log_chunks (task_id, attempt, byte_offset, data) values ($1, $2, $3, $4)`,
+      [input.taskId, task.attempt, size, Buffer.from(text, 'utf8')],
+    );
+    await tx.query('update task_attempts set log_size = $3 where task_id = $1 and attempt = $2', [
+      input.taskId,
+      task.attempt,
+      size + tail.length,
+    ]);
+    return { size: size + tail.length };
+  });
+}
+
+/** The stored log of an attempt (the latest unless given), from a byte offset of the runner's count. */
+export async function readLog(
+  db: Queryable,
+  taskId: string,
+  attempt?: number,
+  offset = 0,
+): Promise<{ attempt: number; size: number; text: string }> {
+  const { rows } = await db.query<{ attempt: number }>('select attempt from tasks where id = $1', [
+    taskId,
+  ]);
+  const task = rows[0];
+  if (!task) throw new NotFoundError(`task ${taskId} does not exist`);
+  const which = attempt ?? task.attempt;
+  if (which === 0 && attempt === undefined) return { attempt: 0, size: 0, text: '' };
+  const found = await db.query<{ log_size: number }>(
+    'select log_size from task_attempts where task_id = $1 and attempt = $2',
+    [taskId, which],
+  );
+  if (!found.rows[0]) throw new NotFoundError(`task ${taskId} has no attempt ${which}`);
+  const chunks = await db.query<{ data: Buffer }>(
+    `select data from log_chunks
+      where task_id = $1 and attempt = $2 and byte_offset >= $3
+      order by byte_offset`,
+    [taskId, which, offset],
+  );
+  return {
+    attempt: which,
+    size: found.rows[0].log_size,
+    text: Buffer.concat(chunks.rows.map((c) => c.data)).toString('utf8'),
+  };
+}

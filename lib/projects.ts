@@ -1,0 +1,335 @@
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from './db/index.ts';
+import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
+import { isLocalRepo } from './forge/pipeline-file.ts';
+import { decrypt, encrypt, type Keyring } from './secrets.ts';
+import { FORGES, type Forge } from './states.ts';
+
+const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
+const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
+export const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+const url = z
+  .string()
+  .trim()
+  .min(1)
+  .max(2000)
+  .refine(
+    (v) => isLocalRepo(v) || /^https?:\/\//.test(v),
+    'must be an http(s) URL, a file:// URL or an absolute path',
+  );
+const forgeUrl = z
+  .string()
+  .trim()
+  .max(2000)
+  .regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL');
+
+export const ProjectCreateSchema = z.strictObject({
+  id: z
+    .string()
+    .regex(
+      PROJECT_ID,
+      'lower-case letters, digits and -, starting with a letter or digit, at most 63',
+    ),
+  name: z.string().trim().min(1).max(200),
+  forge: z.enum(FORGES),
+  repo: z.string().regex(REPO, 'must be owner/name'),
+  repo_url: url,
+  forge_url: forgeUrl.nullable().optional(),
+  forge_token: z.string().min(1).max(10_000).nullable().optional(),
+  cancel_superseded: z.boolean().optional(),
+});
+export type ProjectCreate = z.infer<typeof ProjectCreateSchema>;
+
+export const ProjectUpdateSchema = z.strictObject({
+  name: z.string().trim().min(1).max(200).optional(),
+  repo_url: url.optional(),
+  forge_url: forgeUrl.nullable().optional(),
+  forge_token: z.string().min(1).max(10_000).nullable().optional(),
+  enabled: z.boolean().optional(),
+  cancel_superseded: z.boolean().optional(),
+});
+export type ProjectUpdate = z.infer<typeof ProjectUpdateSchema>;
+
+/** A project as the API shows it: never the webhook secret or the token. */
+export interface ProjectView {
+  id: string;
+  name: string;
+  forge: Forge;
+  repo: string;
+  repo_url: string;
+  forge_url: string | null;
+  enabled: boolean;
+  cancel_superseded: boolean;
+  has_forge_token: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** A project with its sealed credentials, for the code that needs them. */
+export interface ProjectRow extends ProjectView {
+  webhook_secret_enc: string;
+  forge_token_enc: string | null;
+}
+
+const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
+  forge_token_enc is not null as has_forge_token, created_at, updated_at`;
+
+/** Where each sealed value of a project lives, bound into its ciphertext. */
+export const sealContext = {
+  webhookSecret: (projectId: string) => `project/${projectId}/webhook-secret`,
+  forgeToken: (projectId: string) => `project/${projectId}/forge-token`,
+  secret: (projectId: string, name: string) => `project/${projectId}/secret/${name}`,
+};
+
+function newWebhookSecret(): string {
+  return randomBytes(24).toString('base64url');
+}
+
+function checkForgeUrl(forge: Forge, repoUrl: string, forgeUrlValue: string | null | undefined) {
+  // Gitea's API lives wherever the instance is: without its URL the pipeline
+  // file cannot be read (unless the repository is a local one).
+  if (forge === 'gitea' && !forgeUrlValue && !isLocalRepo(repoUrl)) {
+    throw new ValidationError([
+      {
+        path: 'forge_url',
+        message: 'required for a Gitea project (the base URL of the Gitea instance)',
+      },
+    ]);
+  }
+}
+
+/** Creates a project and answers its webhook secret, which is shown this once. */
+export async function createProject(
+  pool: Pool,
+  keyring: Keyring,
+  input: ProjectCreate,
+): Promise<{ project: ProjectView; webhook_secret: string }> {
+  checkForgeUrl(input.forge, input.repo_url, input.forge_url);
+  const secret = newWebhookSecret();
+  try {
+    const project = await transaction(pool, async (tx) => {
+      const { rows } = await tx.query<ProjectView>(
+        `insert into projects (id, name, forge, repo, repo_url, forge_url, webhook_secret_enc,
+                               forge_token_enc, cancel_superseded)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         returning ${VIEW}`,
+        [
+          input.id,
+          input.name,
+          input.forge,
+          input.repo,
+          input.repo_url,
+          input.forge_url ?? null,
+          encrypt(keyring, secret, sealContext.webhookSecret(input.id)),
+          input.forge_token
+            ? encrypt(keyring, input.forge_token, sealContext.forgeToken(input.id))
+            : null,
+          input.cancel_superseded ?? true,
+        ],
+      );
+      return rows[0]!;
+    });
+    return { project, webhook_secret: secret };
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.uniqueViolation) {
+      const constraint = (err as { constraint?: string }).constraint;
+      if (constraint === 'projects_forge_repo') {
+        throw new ConflictError(`a ${input.forge} project for ${input.repo} exists already`);
+      }
+      throw new ConflictError(`project "${input.id}" exists already`);
+    }
+    throw err;
+  }
+}
+
+/** Every project, by id. */
+export async function listProjects(db: Queryable): Promise<ProjectView[]> {
+  const { rows } = await db.query<ProjectView>(`select ${VIEW} from projects order by id`);
+  return rows;
+}
+
+/** One project, or a 404. */
+export async function getProject(db: Queryable, id: string): Promise<ProjectView> {
+  const { rows } = await db.query<ProjectView>(`select ${VIEW} from projects where id = $1`, [id]);
+  if (!rows[0]) throw new NotFoundError(`project "${id}" does not exist`);
+  return rows[0];
+}
+
+/** The project with its sealed credentials, or undefined. */
+export async function getProjectRow(db: Queryable, id: string): Promise<ProjectRow | undefined> {
+  const { rows } = await db.query<ProjectRow>(
+    `select ${VIEW}, webhook_secret_enc, forge_token_enc from projects where id = $1`,
+    [id],
+  );
+  return rows[0];
+}
+
+/** The project a webhook is for: its forge and repository full name, case-insensitively. */
+export async function findProjectByRepo(
+  db: Queryable,
+  forge: Forge,
+  repo: string,
+): Promise<ProjectRow | undefined> {
+  const { rows } = await db.query<ProjectRow>(
+    `select ${VIEW}, webhook_secret_enc, forge_token_enc from projects
+      where forge = $1 and lower(repo) = lower($2)`,
+    [forge, repo],
+  );
+  return rows[0];
+}
+
+/** Changes the given fields of a project; a `forge_token` of null removes the token. */
+export async function updateProject(
+  pool: Pool,
+  keyring: Keyring,
+  id: string,
+  input: ProjectUpdate,
+): Promise<ProjectView> {
+  return transaction(pool, async (tx) => {
+    const current = await getProjectRow(tx, id);
+    if (!current) throw new NotFoundError(`project "${id}" does not exist`);
+    const repoUrl = input.repo_url ?? current.repo_url;
+    const forgeUrlValue = input.forge_url === undefined ? current.forge_url : input.forge_url;
+    checkForgeUrl(current.forge, repoUrl, forgeUrlValue);
+    const token =
+      input.forge_token === undefined
+        ? current.forge_token_enc
+        : input.forge_token === null
+          ? null
+          : encrypt(keyring, input.forge_token, sealContext.forgeToken(id));
+    const { rows } = await tx.query<ProjectView>(
+      `update projects
+          set name = $2, repo_url = $3, forge_url = $4, forge_token_enc = $5, enabled = $6,
+              cancel_superseded = $7, updated_at = now()
+        where id = $1
+        returning ${VIEW}`,
+      [
+        id,
+        input.name ?? current.name,
+        repoUrl,
+        forgeUrlValue,
+        token,
+        input.enabled ?? current.enabled,
+        input.cancel_superseded ?? current.cancel_superseded,
+      ],
+    );
+    return rows[0]!;
+  });
+}
+
+/** Deletes a project with its jobs, logs and secrets. */
+export async function deleteProject(pool: Pool, id: string): Promise<void> {
+  const deleted = await transaction(pool, async (tx) => {
+    const { rowCount } = await tx.query('delete from projects where id = $1', [id]);
+    return rowCount === 1;
+  });
+  if (!deleted) throw new NotFoundError(`project "${id}" does not exist`);
+}
+
+/** Replaces the webhook secret; the old one stops working with this commit. */
+export async function rotateWebhookSecret(
+  pool: Pool,
+  keyring: Keyring,
+  id: string,
+): Promise<string> {
+  const secret = newWebhookSecret();
+  const found = await transaction(pool, async (tx) => {
+    const { rowCount } = await tx.query(
+      'update projects set webhook_secret_enc = $2, updated_at = now() where id = $1',
+      [id, encrypt(keyring, secret, sealContext.webhookSecret(id))],
+    );
+    return rowCount === 1;
+  });
+  if (!found) throw new NotFoundError(`project "${id}" does not exist`);
+  return secret;
+}
+
+/** The project's webhook secret in plain text. */
+export function webhookSecret(keyring: Keyring, project: ProjectRow): string {
+  return decrypt(keyring, project.webhook_secret_enc, sealContext.webhookSecret(project.id));
+}
+
+/** The project's forge token in plain text, or null. */
+export function forgeToken(keyring: Keyring, project: ProjectRow): string | null {
+  return project.forge_token_enc === null
+    ? null
+    : decrypt(keyring, project.forge_token_enc, sealContext.forgeToken(project.id));
+}
+
+export const SecretPutSchema = z.strictObject({ value: z.string().max(64 * 1024) });
+
+/** Sets a secret of a project (created or replaced). */
+export async function putSecret(
+  pool: Pool,
+  keyring: Keyring,
+  projectId: string,
+  name: string,
+  value: string,
+): Promise<void> {
+  if (!SECRET_NAME.test(name) || name.length > 200) {
+    throw new ValidationError([
+      {
+        path: 'name',
+        message: 'secret names are letters, digits and _, not starting with a digit',
+      },
+    ]);
+  }
+  try {
+    await transaction(pool, (tx) =>
+      tx.query(
+        `insert into project_secrets (project_id, name, value_enc) values ($1, $2, $3)
+         on conflict (project_id, name) do update set value_enc = excluded.value_enc, updated_at = now()`,
+        [projectId, name, encrypt(keyring, value, sealContext.secret(projectId, name))],
+      ),
+    );
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.foreignKeyViolation) {
+      throw new NotFoundError(`project "${projectId}" does not exist`);
+    }
+    throw err;
+  }
+}
+
+/** Deletes a secret of a project. */
+export async function deleteSecret(pool: Pool, projectId: string, name: string): Promise<void> {
+  const deleted = await transaction(pool, async (tx) => {
+    const { rowCount } = await tx.query(
+      'delete from project_secrets where project_id = $1 and name = $2',
+      [projectId, name],
+    );
+    return rowCount === 1;
+  });
+  if (!deleted) throw new NotFoundError(`project "${projectId}" has no secret ${name}`);
+}
+
+/** The names of a project's secrets and when each changed; never the values. */
+export async function listSecrets(
+  db: Queryable,
+  projectId: string,
+): Promise<{ name: string; updated_at: Date }[]> {
+  await getProject(db, projectId);
+  const { rows } = await db.query<{ name: string; updated_at: Date }>(
+    'select name, updated_at from project_secrets where project_id = $1 order by name',
+    [projectId],
+  );
+  return rows;
+}
+
+/** The values of the named secrets of a project, decrypted (for a claimed task of a trusted job). */
+export async function secretValues(
+  db: Queryable,
+  keyring: Keyring,
+  projectId: string,
+  names: string[],
+): Promise<Record<string, string>> {
+  if (names.length === 0) return {};
+  const { rows } = await db.query<{ name: string; value_enc: string }>(
+    'select name, value_enc from project_secrets where project_id = $1 and name = any($2::text[])',
+    [projectId, names],
+  );
+  return Object.fromEntries(
+    rows.map((r) => [r.name, decrypt(keyring, r.value_enc, sealContext.secret(projectId, r.name))]),
+  );
+}

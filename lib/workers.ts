@@ -1,0 +1,74 @@
+import { z } from 'zod';
+import { hashToken, newToken } from './auth.ts';
+import { type Pool, type Queryable, transaction } from './db/index.ts';
+import { NotFoundError } from './errors.ts';
+
+export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
+
+export const WorkerCreateSchema = z.strictObject({
+  name: z.string().trim().min(1).max(200),
+  labels: z
+    .array(z.string().regex(LABEL, 'labels are letters, digits and _ . : -, up to 63'))
+    .max(50)
+    .default([]),
+});
+export type WorkerCreate = z.infer<typeof WorkerCreateSchema>;
+
+export interface WorkerView {
+  id: string;
+  name: string;
+  labels: string[];
+  created_at: Date;
+  last_seen_at: Date | null;
+  revoked: boolean;
+}
+
+const COLUMNS = 'id, name, labels, created_at, last_seen_at, revoked';
+
+/** Registers a worker; its token is answered once and only its hash is kept. */
+export async function createWorker(
+  pool: Pool,
+  input: WorkerCreate,
+): Promise<{ worker: WorkerView; token: string }> {
+  const token = newToken('cw');
+  const labels = [...new Set(input.labels)].sort();
+  const worker = await transaction(pool, async (tx) => {
+    const { rows } = await tx.query<WorkerView>(
+      `insert into workers (name, token_hash, labels) values ($1, $2, $3) returning ${COLUMNS}`,
+      [input.name, hashToken(token), labels],
+    );
+    return rows[0]!;
+  });
+  return { worker, token };
+}
+
+/** Every worker, newest first, revoked ones included. */
+export async function listWorkers(db: Queryable): Promise<WorkerView[]> {
+  const { rows } = await db.query<WorkerView>(
+    `select ${COLUMNS} from workers order by created_at desc, id`,
+  );
+  return rows;
+}
+
+/** Revokes a worker: its token stops working at once; the row stays for the history. */
+export async function revokeWorker(pool: Pool, id: string): Promise<void> {
+  const found = await transaction(pool, async (tx) => {
+    const { rowCount } = await tx.query('update workers set revoked = true where id = $1', [id]);
+    return rowCount === 1;
+  });
+  if (!found) throw new NotFoundError(`worker ${id} does not exist`);
+}
+
+/**
+ * Records that a worker was seen, at most once a minute, so the claims a
+ * polling runner makes while idle do not each write a row.
+ */
+export async function touchWorker(pool: Pool, id: string): Promise<void> {
+  await transaction(pool, (tx) =>
+    tx.query(
+      `update workers set last_seen_at = now()
+        where id = $1 and (last_seen_at is null or last_seen_at < now() - interval '60 seconds')`,
+      [id],
+    ),
+  );
+}
