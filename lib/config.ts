@@ -11,7 +11,8 @@ export const ConfigSchema = z.object({
     .string()
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
     .optional(),
-  PORT: positiveInt(65535).default(8080),
+  // 0 picks a free port (tests).
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   /** Unset locally: generated on first start and kept in the data directory. */
   CONDUCTOR_ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   CONDUCTOR_DATA_DIR: z.string().min(1).default('.conductor'),

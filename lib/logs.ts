@@ -47,24 +47,18 @@ export async function appendLog(
     throw new PayloadTooLargeError(`a log chunk is at most ${MAX_CHUNK_BYTES} bytes`);
   }
   return transaction(pool, async (tx) => {
-    // Locking the attempt row serialises the chunks of one attempt.
     const { rows } = await tx.query<{
       state: string;
       lease_id: string | null;
       worker_id: string | null;
       attempt: number;
-      log_size: number;
       project_id: string;
       trusted: boolean;
       secrets: string[];
     }>(
-      `select t.state, t.lease_id, t.worker_id, t.attempt, a.log_size, j.project_id, j.trusted,
-              t.secrets
-         from tasks t
-         join jobs j on j.id = t.job_id
-         left join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
-        where t.id = $1
-        for update of a`,
+      `select t.state, t.lease_id, t.worker_id, t.attempt, j.project_id, j.trusted, t.secrets
+         from tasks t join jobs j on j.id = t.job_id
+        where t.id = $1`,
       [input.taskId],
     );
     const task = rows[0];
@@ -78,7 +72,14 @@ export async function appendLog(
         `lease is not the task's current one (expired, completed, or held by another worker)`,
       );
     }
-    const size = task.log_size;
+    // Locking the attempt row serialises the chunks of one attempt; a
+    // completion that finished the attempt after our snapshot makes this raise
+    // 40001, and the retry finds the lease gone.
+    const attempt = await tx.query<{ log_size: number }>(
+      'select log_size from task_attempts where task_id = $1 and attempt = $2 for update',
+      [input.taskId, task.attempt],
+    );
+    const size = attempt.rows[0]!.log_size;
     if (input.offset > size) {
       const err = new ConflictError(`offset ${input.offset} is past the log's size ${size}`);
       err.details = { size };

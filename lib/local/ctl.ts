@@ -1,0 +1,289 @@
+// The admin CLI (`npm run ctl -- <command>`): creates projects, workers and
+// secrets, sends a signed test webhook, lists jobs and shows one, all through
+// the HTTP API, like any other client.
+import { randomUUID } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { signBody, WEBHOOK_HEADERS } from '../forge/webhook.ts';
+
+export const USAGE = `usage: npm run ctl -- <command> [options]
+
+  projects                                  list projects
+  project create --id ID --repo OWNER/NAME --repo-url URL|PATH
+                 [--forge github|gitea] [--forge-url URL] [--forge-token T] [--name N]
+                                            create a project; prints its webhook secret once
+  project show ID                           show a project
+  worker create --name NAME [--labels a,b]  register a worker; prints its token once
+  workers                                   list workers
+  secret set --project ID --name NAME --value VALUE
+  secrets --project ID                      list secret names
+  webhook push --project ID --secret WEBHOOK_SECRET --sha SHA [--ref refs/heads/main]
+                                            sign and send a push webhook as the forge would
+  trigger --project ID --sha SHA [--ref main]
+                                            start a job by hand
+  jobs --project ID [--limit N]             list a project's jobs, newest first
+  job JOB_ID                                show a job and its tasks
+  cancel JOB_ID                             cancel a job
+  log TASK_ID [--attempt N]                 print a task's log
+
+  --url URL      the control plane (default http://127.0.0.1:$PORT, PORT defaulting to 8080)
+  --token TOKEN  the admin token (default $CONDUCTOR_ADMIN_TOKEN, or the one npm start
+                 keeps in $CONDUCTOR_DATA_DIR/admin-token)`;
+
+export interface CtlIo {
+  out: (line: string) => void;
+  env: NodeJS.ProcessEnv;
+  fetch?: typeof fetch;
+}
+
+class UsageError extends Error {}
+
+function required(values: Record<string, unknown>, name: string): string {
+  const v = values[name];
+  if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
+  return v;
+}
+
+function adminToken(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+  if (typeof values.token === 'string') return values.token;
+  if (env.CONDUCTOR_ADMIN_TOKEN) return env.CONDUCTOR_ADMIN_TOKEN;
+  const file = join(env.CONDUCTOR_DATA_DIR || '.conductor', 'admin-token');
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  throw new UsageError(
+    'no admin token: pass --token, set CONDUCTOR_ADMIN_TOKEN, or run npm start first',
+  );
+}
+
+/** Runs one CLI command; answers the process exit code. */
+export async function runCtl(argv: string[], io: CtlIo): Promise<number> {
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse(argv);
+  } catch (err) {
+    io.out(`${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    return 2;
+  }
+  return run(parsed, io);
+}
+
+function parse(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      id: { type: 'string' },
+      name: { type: 'string' },
+      repo: { type: 'string' },
+      'repo-url': { type: 'string' },
+      forge: { type: 'string' },
+      'forge-url': { type: 'string' },
+      'forge-token': { type: 'string' },
+      labels: { type: 'string' },
+      project: { type: 'string' },
+      value: { type: 'string' },
+      secret: { type: 'string' },
+      sha: { type: 'string' },
+      ref: { type: 'string' },
+      limit: { type: 'string' },
+      attempt: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+}
+
+async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo): Promise<number> {
+  const [command, sub, arg] = positionals;
+  if (values.help || !command) {
+    io.out(USAGE);
+    return command ? 0 : 2;
+  }
+  const base = (values.url ?? `http://127.0.0.1:${io.env.PORT || 8080}`).replace(/\/$/, '');
+  const doFetch = io.fetch ?? fetch;
+
+  async function api(method: string, path: string, body?: unknown, token?: string) {
+    const res = await doFetch(`${base}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${token ?? adminToken(values, io.env)}`,
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    const json =
+      text && res.headers.get('content-type')?.includes('json') ? JSON.parse(text) : null;
+    if (!res.ok) {
+      const message = json?.error?.message ?? (text || res.statusText);
+      throw new Error(`${method} ${path}: HTTP ${res.status}: ${message}`);
+    }
+    return { status: res.status, json, text };
+  }
+  const print = (value: unknown) => io.out(JSON.stringify(value, null, 2));
+
+  try {
+    switch (
+      `${command}${sub && ['create', 'show', 'set', 'push'].includes(sub) ? ` ${sub}` : ''}`
+    ) {
+      case 'projects':
+        print((await api('GET', '/v1/projects')).json);
+        return 0;
+      case 'project create': {
+        const id = required(values, 'id');
+        const created = await api('POST', '/v1/projects', {
+          id,
+          name: values.name ?? id,
+          forge: values.forge ?? 'github',
+          repo: required(values, 'repo'),
+          repo_url: required(values, 'repo-url'),
+          ...(values['forge-url'] ? { forge_url: values['forge-url'] } : {}),
+          ...(values['forge-token'] ? { forge_token: values['forge-token'] } : {}),
+        });
+        print(created.json);
+        io.out(`webhook secret (shown once): ${created.json.webhook_secret}`);
+        return 0;
+      }
+      case 'project show':
+        print(
+          (await api('GET', `/v1/projects/${encodeURIComponent(arg ?? required(values, 'id'))}`))
+            .json,
+        );
+        return 0;
+      case 'worker create': {
+        const labels = (values.labels ?? '')
+          .split(',')
+          .map((l) => l.trim())
+          .filter(Boolean);
+        const created = await api('POST', '/v1/workers', {
+          name: required(values, 'name'),
+          labels,
+        });
+        print(created.json.worker);
+        io.out(`worker token (shown once): ${created.json.token}`);
+        return 0;
+      }
+      case 'workers':
+        print((await api('GET', '/v1/workers')).json);
+        return 0;
+      case 'secret set': {
+        const project = required(values, 'project');
+        const name = required(values, 'name');
+        await api(
+          'PUT',
+          `/v1/projects/${encodeURIComponent(project)}/secrets/${encodeURIComponent(name)}`,
+          {
+            value: required(values, 'value'),
+          },
+        );
+        io.out(`secret ${name} set for ${project}`);
+        return 0;
+      }
+      case 'secrets':
+        print(
+          (
+            await api(
+              'GET',
+              `/v1/projects/${encodeURIComponent(required(values, 'project'))}/secrets`,
+            )
+          ).json,
+        );
+        return 0;
+      case 'webhook push': {
+        const projectId = required(values, 'project');
+        const { project } = (await api('GET', `/v1/projects/${encodeURIComponent(projectId)}`))
+          .json;
+        const forge = project.forge as 'github' | 'gitea';
+        const sha = required(values, 'sha');
+        const ref = values.ref ?? 'refs/heads/main';
+        const payload = {
+          ref,
+          before: '0'.repeat(sha.length),
+          after: sha,
+          created: false,
+          deleted: false,
+          forced: false,
+          repository: {
+            full_name: project.repo,
+            name: project.repo.split('/')[1],
+            clone_url: project.repo_url,
+          },
+          head_commit: { id: sha, message: 'sent by npm run ctl' },
+          pusher: { name: 'conductor-ctl' },
+        };
+        const raw = Buffer.from(JSON.stringify(payload));
+        const names = WEBHOOK_HEADERS[forge];
+        const res = await doFetch(`${base}/v1/webhooks/${forge}`, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            [names.event]: 'push',
+            [names.delivery]: randomUUID(),
+            [names.signature]: signBody(forge, raw, required(values, 'secret')),
+          },
+          body: raw,
+        });
+        io.out(`HTTP ${res.status} ${await res.text()}`);
+        return res.ok ? 0 : 1;
+      }
+      case 'trigger': {
+        const project = required(values, 'project');
+        print(
+          (
+            await api('POST', `/v1/projects/${encodeURIComponent(project)}/jobs`, {
+              ref: values.ref ?? 'main',
+              sha: required(values, 'sha'),
+            })
+          ).json,
+        );
+        return 0;
+      }
+      case 'jobs': {
+        const project = required(values, 'project');
+        const limit = values.limit ? `?limit=${encodeURIComponent(values.limit)}` : '';
+        const { jobs } = (
+          await api('GET', `/v1/projects/${encodeURIComponent(project)}/jobs${limit}`)
+        ).json;
+        for (const job of jobs) {
+          io.out(
+            `#${job.number}\t${job.state}\t${job.trigger}\t${job.ref}\t${job.sha.slice(0, 12)}\t${job.id}`,
+          );
+        }
+        return 0;
+      }
+      case 'job': {
+        if (!sub) throw new UsageError('job needs a JOB_ID');
+        const { job, tasks } = (await api('GET', `/v1/jobs/${encodeURIComponent(sub)}`)).json;
+        io.out(`job #${job.number} ${job.state} (${job.trigger} ${job.ref} ${job.sha})`);
+        if (job.error) io.out(job.error);
+        for (const task of tasks) {
+          io.out(
+            `  ${task.state.padEnd(9)} ${task.name}  attempt ${task.attempt}/${task.max_attempts}${task.error ? `  ${task.error}` : ''}`,
+          );
+        }
+        return 0;
+      }
+      case 'cancel': {
+        if (!sub) throw new UsageError('cancel needs a JOB_ID');
+        print((await api('POST', `/v1/jobs/${encodeURIComponent(sub)}/cancel`)).json);
+        return 0;
+      }
+      case 'log': {
+        if (!sub) throw new UsageError('log needs a TASK_ID');
+        const attempt = values.attempt ? `?attempt=${encodeURIComponent(values.attempt)}` : '';
+        io.out((await api('GET', `/v1/tasks/${encodeURIComponent(sub)}/log${attempt}`)).text);
+        return 0;
+      }
+      default:
+        throw new UsageError(`unknown command "${positionals.join(' ')}"`);
+    }
+  } catch (err) {
+    if (err instanceof UsageError) {
+      io.out(`${err.message}\n\n${USAGE}`);
+      return 2;
+    }
+    io.out(err instanceof Error ? err.message : String(err));
+    return 1;
+  }
+}

@@ -1,0 +1,6 @@
+import { runCtl } from '../lib/local/ctl.ts';
+
+process.exitCode = await runCtl(process.argv.slice(2), {
+  out: (line) => console.log(line),
+  env: process.env,
+});
