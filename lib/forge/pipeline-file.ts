@@ -1,0 +1,323 @@
+import { execFile } from 'node:child_process';
+import { dirname, isAbsolute, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { MAX_PIPELINE_BYTES, PIPELINE_FILE } from '../pipeline/index.ts';
+import type { ForgeKind } from './webhook.ts';
+
+// Reads the pipeline file of one commit: from GitHub's contents API, Gitea's raw file API, or
+// with git from a repository on this machine (local development and demos).
+//
+// Every outcome is one of three kinds, because the caller acts differently on each:
+// - the text;
+// - `found: false` with a reason, for anything retrying will not fix (no file at that commit,
+//   an unknown commit, a token the forge refuses, a path that is not a repository); the job
+//   fails with the reason;
+// - ForgeUnavailableError, for what may pass (network errors, timeouts, 5xx, rate limits); the
+//   job stays pending and the compile is retried later.
+
+export interface PipelineSource {
+  forge: ForgeKind;
+  /** `owner/name` on the forge. */
+  repo: string;
+  /** What runners clone; a local path or file:// URL is read with git instead of the forge's API. */
+  repoUrl: string;
+  /** Gitea's base URL; unused for GitHub. */
+  forgeUrl: string | null;
+  /** GitHub's REST API base, e.g. `https://api.github.com` or `https://ghe.example/api/v3`. */
+  githubApiUrl: string;
+  token: string | null;
+  sha: string;
+}
+
+export type FetchResult = { found: true; text: string } | { found: false; reason: string };
+
+/** Raised when the forge could not be reached or answered 5xx/429: the caller leaves the job pending and retries later. */
+export class ForgeUnavailableError extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'ForgeUnavailableError';
+  }
+}
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+// Files over MAX_PIPELINE_BYTES still reach the compiler, which reports their exact size; past
+// this bound they are not worth holding in memory to say so.
+const MAX_READ_BYTES = 4 * MAX_PIPELINE_BYTES;
+// The REST API version this client was written against; GitHub answers it with that behaviour.
+const GITHUB_API_VERSION = '2022-11-28';
+// GitHub refuses API requests without a User-Agent.
+const USER_AGENT = 'conductor-ci';
+
+const FORGE_NAMES: Readonly<Record<ForgeKind, string>> = { github: 'GitHub', gitea: 'Gitea' };
+
+/** An absolute path, or a file:// URL: a repository read with git on this machine. */
+export function isLocalRepo(repoUrl: string): boolean {
+  return /^file:\/\//i.test(repoUrl) || isAbsolute(repoUrl);
+}
+
+/** Reads `.conductor.yml` at the sha. */
+export async function fetchPipelineFile(
+  src: PipelineSource,
+  opts: { timeoutMs?: number; fetch?: typeof fetch } = {},
+): Promise<FetchResult> {
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (isLocalRepo(src.repoUrl)) return readFromGit(src.repoUrl, src.sha, timeoutMs);
+  const request = forgeRequest(src);
+  if ('found' in request) return request;
+  return readFromForge(src, request, opts.fetch ?? fetch, timeoutMs);
+}
+
+const notFound = (sha: string): FetchResult => ({
+  found: false,
+  reason: `no ${PIPELINE_FILE} at ${sha}`,
+});
+
+const tooLarge = (sha: string): FetchResult => ({
+  found: false,
+  reason: `${PIPELINE_FILE} at ${sha} is larger than ${MAX_READ_BYTES / (1024 * 1024)} MiB`,
+});
+
+interface ForgeRequest {
+  /** The base URL as configured, named in error messages. */
+  base: string;
+  url: string;
+  headers: Record<string, string>;
+}
+
+function forgeRequest(src: PipelineSource): ForgeRequest | FetchResult {
+  const parts = src.repo.split('/');
+  const [owner, name] = parts;
+  if (parts.length !== 2 || !owner || !name) {
+    return {
+      found: false,
+      reason: `the project's repo ${JSON.stringify(src.repo)} is not owner/name`,
+    };
+  }
+  const path = `repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
+  const ref = encodeURIComponent(src.sha);
+  if (src.forge === 'github') {
+    const base = src.githubApiUrl.replace(/\/+$/, '');
+    const headers: Record<string, string> = {
+      // The raw media type answers the file's bytes instead of base64 inside JSON.
+      Accept: 'application/vnd.github.raw+json',
+      'X-GitHub-Api-Version': GITHUB_API_VERSION,
+      'User-Agent': USER_AGENT,
+    };
+    if (src.token) headers.Authorization = `Bearer ${src.token}`;
+    return { base, url: `${base}/${path}/contents/${PIPELINE_FILE}?ref=${ref}`, headers };
+  }
+  if (!src.forgeUrl) {
+    return { found: false, reason: 'the project has no forge_url: the Gitea base URL is needed' };
+  }
+  const base = src.forgeUrl.replace(/\/+$/, '');
+  const headers: Record<string, string> = { 'User-Agent': USER_AGENT };
+  if (src.token) headers.Authorization = `token ${src.token}`;
+  return { base, url: `${base}/api/v1/${path}/raw/${PIPELINE_FILE}?ref=${ref}`, headers };
+}
+
+async function readFromForge(
+  src: PipelineSource,
+  request: ForgeRequest,
+  doFetch: typeof fetch,
+  timeoutMs: number,
+): Promise<FetchResult> {
+  const forge = `${FORGE_NAMES[src.forge]} at ${request.base}`;
+  const unavailable = (what: string, cause?: unknown) =>
+    new ForgeUnavailableError(
+      `${forge} ${what} while reading ${PIPELINE_FILE} at ${src.sha}`,
+      cause === undefined ? undefined : { cause },
+    );
+  // One deadline for the answer and the body: a forge that trickles bytes is as stuck as one
+  // that never answers.
+  const signal = AbortSignal.timeout(timeoutMs);
+  let response: Response;
+  try {
+    response = await doFetch(request.url, { headers: request.headers, signal });
+  } catch (error) {
+    throw unavailable(`could not be reached (${fetchErrorText(error, timeoutMs)})`, error);
+  }
+
+  if (response.status === 200) {
+    try {
+      const text = await readCapped(response);
+      return text === null ? tooLarge(src.sha) : { found: true, text };
+    } catch (error) {
+      throw unavailable(`broke off its answer (${fetchErrorText(error, timeoutMs)})`, error);
+    }
+  }
+  // Nothing else in the body is used; release the connection.
+  await response.body?.cancel().catch(() => {});
+
+  const status = response.status;
+  // GitHub also answers 404 for a private repository the token cannot see; the reason cannot
+  // tell the two apart, so it stays the plain fact.
+  if (status === 404) return notFound(src.sha);
+  // GitHub signals an exhausted rate limit with 403 as well as 429: a 403 carrying
+  // `x-ratelimit-remaining: 0` or `retry-after` is a wait, not a refusal.
+  const rateLimited =
+    status === 429 ||
+    (status === 403 &&
+      (response.headers.get('x-ratelimit-remaining') === '0' ||
+        response.headers.has('retry-after')));
+  if (rateLimited) throw unavailable(`rate-limited the request (HTTP ${status})`);
+  if (status >= 500) throw unavailable(`answered HTTP ${status}`);
+  // 401 and 403 are configuration problems (a missing, expired or under-scoped token) that no
+  // retry fixes, so the job fails now with a reason that says what to change rather than
+  // sitting pending until the sweep gives up.
+  if (status === 401 || status === 403) {
+    return {
+      found: false,
+      reason: `the forge refused access to ${src.repo} (HTTP ${status}): check the project's forge token`,
+    };
+  }
+  // Any other answer (400, 422, ...) is the forge rejecting this request for good.
+  return {
+    found: false,
+    reason: `${forge} answered HTTP ${status} for ${PIPELINE_FILE} at ${src.sha}`,
+  };
+}
+
+/** The body as UTF-8, or null when it is over MAX_READ_BYTES. */
+async function readCapped(response: Response): Promise<string | null> {
+  const declared = Number(response.headers.get('content-length'));
+  if (declared > MAX_READ_BYTES) {
+    await response.body?.cancel().catch(() => {});
+    return null;
+  }
+  if (!response.body) return '';
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > MAX_READ_BYTES) {
+      await reader.cancel().catch(() => {});
+      return null;
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function fetchErrorText(error: unknown, timeoutMs: number): string {
+  if (error instanceof Error && error.name === 'TimeoutError') {
+    return `no answer within ${timeoutMs} ms`;
+  }
+  // undici reports `fetch failed` and keeps what happened (ECONNREFUSED, ENOTFOUND...) in cause.
+  const cause = error instanceof Error ? error.cause : undefined;
+  if (cause instanceof Error) return cause.message;
+  return error instanceof Error ? error.message : String(error);
+}
+
+// Git accepts abbreviated names too; anything else could be read as an option or a revision
+// expression, so it is refused before git sees it.
+const GIT_SHA = /^[0-9a-fA-F]{4,64}$/;
+
+async function readFromGit(repoUrl: string, sha: string, timeoutMs: number): Promise<FetchResult> {
+  let path: string;
+  try {
+    path = /^file:\/\//i.test(repoUrl) ? fileURLToPath(repoUrl) : resolve(repoUrl);
+  } catch (error) {
+    return { found: false, reason: `${repoUrl} is not a usable file URL: ${errorText(error)}` };
+  }
+  if (!GIT_SHA.test(sha)) {
+    return { found: false, reason: `${JSON.stringify(sha)} is not a commit sha` };
+  }
+
+  const commit = await runGit(
+    path,
+    ['rev-parse', '--verify', '--quiet', `${sha}^{commit}`],
+    timeoutMs,
+  );
+  if (commit.kind !== 'exit') return gitFailure(commit, path, sha, timeoutMs);
+  // With --quiet, an unknown or non-commit object exits 1 without a word; 128 is git giving up
+  // on the repository itself (missing path, not a repository, unsafe ownership).
+  if (commit.code === 1) return notFound(sha);
+  if (commit.code !== 0) {
+    return {
+      found: false,
+      reason: `cannot read the git repository at ${path}: ${firstLine(commit.stderr)}`,
+    };
+  }
+  const full = commit.stdout.toString('utf8').trim();
+  const file = await runGit(path, ['cat-file', 'blob', `${full}:${PIPELINE_FILE}`], timeoutMs);
+  if (file.kind !== 'exit') return gitFailure(file, path, sha, timeoutMs);
+  // The commit exists, so a failure here means no such file (or a directory by that name).
+  if (file.code !== 0) return notFound(sha);
+  return { found: true, text: file.stdout.toString('utf8') };
+}
+
+type GitRun =
+  | { kind: 'exit'; code: number; stdout: Buffer; stderr: string }
+  | { kind: 'missing' | 'timeout' | 'too_large' }
+  | { kind: 'error'; error: unknown };
+
+function gitFailure(
+  run: Exclude<GitRun, { kind: 'exit' }>,
+  path: string,
+  sha: string,
+  timeoutMs: number,
+): FetchResult {
+  switch (run.kind) {
+    case 'missing':
+      // Not something a retry fixes: the control plane's machine needs git installed.
+      return {
+        found: false,
+        reason: `git is not installed here; it is needed to read the local repository ${path}`,
+      };
+    case 'timeout':
+      // A slow disk or a huge repository may do better next time; let the caller retry.
+      throw new ForgeUnavailableError(
+        `git did not answer within ${timeoutMs} ms reading ${PIPELINE_FILE} at ${sha} from ${path}`,
+      );
+    case 'too_large':
+      return tooLarge(sha);
+    case 'error':
+      return { found: false, reason: `could not run git for ${path}: ${errorText(run.error)}` };
+  }
+}
+
+function runGit(path: string, args: string[], timeoutMs: number): Promise<GitRun> {
+  // A GIT_DIR or GIT_WORK_TREE inherited from the environment would point git at another
+  // repository; the ceiling stops git from climbing out of `path` into an enclosing repository
+  // when `path` itself is not one.
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    if (!key.startsWith('GIT_')) env[key] = value;
+  }
+  env.GIT_CEILING_DIRECTORIES = dirname(path);
+  env.GIT_TERMINAL_PROMPT = '0';
+  // Git's messages end up in job errors; keep them in one language.
+  env.LC_ALL = 'C';
+  return new Promise((done) => {
+    execFile(
+      'git',
+      ['-C', path, ...args],
+      { encoding: 'buffer', env, timeout: timeoutMs, maxBuffer: MAX_READ_BYTES, windowsHide: true },
+      (error, stdout, stderr) => {
+        if (!error) {
+          done({ kind: 'exit', code: 0, stdout, stderr: stderr.toString('utf8') });
+          return;
+        }
+        const code: unknown = (error as NodeJS.ErrnoException).code;
+        if (code === 'ENOENT') done({ kind: 'missing' });
+        else if (code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER') done({ kind: 'too_large' });
+        else if (error.killed) done({ kind: 'timeout' });
+        else if (typeof code === 'number') {
+          done({ kind: 'exit', code, stdout, stderr: stderr.toString('utf8') });
+        } else done({ kind: 'error', error });
+      },
+    );
+  });
+}
+
+function firstLine(text: string): string {
+  const line = text.split('\n').find((l) => l.trim() !== '') ?? 'git failed without a message';
+  return line.replace(/^fatal: /, '').trim();
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

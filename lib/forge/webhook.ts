@@ -1,0 +1,339 @@
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { z } from 'zod';
+import { BadRequestError, ValidationError, type ValidationIssue } from '../errors.ts';
+
+// Webhook dialects of GitHub and Gitea: headers, signatures and the few payload fields that
+// decide what a delivery asks for. Payloads are the forge's format, not ours, so every object is
+// loose: fields we do not read are ignored, and only a field an event needs is an error.
+
+export type ForgeKind = 'github' | 'gitea';
+
+/** Header names each forge sends; the signature header is the one the contract verifies. */
+export const WEBHOOK_HEADERS = {
+  github: {
+    event: 'X-GitHub-Event',
+    delivery: 'X-GitHub-Delivery',
+    signature: 'X-Hub-Signature-256',
+  },
+  gitea: {
+    event: 'X-Gitea-Event',
+    delivery: 'X-Gitea-Delivery',
+    signature: 'X-Gitea-Signature',
+  },
+} as const satisfies Record<ForgeKind, { event: string; delivery: string; signature: string }>;
+
+// Forges send UUIDs (36 characters); the cap only keeps a junk header out of the database.
+const MAX_DELIVERY_LENGTH = 200;
+
+export interface WebhookHeaders {
+  event: string;
+  delivery: string;
+  signature: string | undefined;
+}
+
+/** Reads event, delivery id and signature headers (case-insensitive names); a missing event or delivery header is a BadRequestError naming the header. */
+export function readWebhookHeaders(
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+): WebhookHeaders {
+  const names = WEBHOOK_HEADERS[forge];
+  const byName = new Map<string, string>();
+  for (const [name, value] of Object.entries(headers)) {
+    if (value !== undefined) byName.set(name.toLowerCase(), value);
+  }
+  // An empty value counts as absent: Gitea sends an empty signature header when no secret is set.
+  const read = (name: string) => byName.get(name.toLowerCase())?.trim() || undefined;
+  const event = read(names.event);
+  if (event === undefined) throw new BadRequestError(`missing ${names.event} header`);
+  const delivery = read(names.delivery);
+  if (delivery === undefined) throw new BadRequestError(`missing ${names.delivery} header`);
+  if (delivery.length > MAX_DELIVERY_LENGTH) {
+    throw new BadRequestError(
+      `${names.delivery} header is ${delivery.length} characters; at most ${MAX_DELIVERY_LENGTH} are allowed`,
+    );
+  }
+  return { event, delivery, signature: read(names.signature) };
+}
+
+export type WebhookIntent =
+  | { kind: 'ignore'; repo: string; reason: string }
+  | {
+      kind: 'build';
+      repo: string;
+      trigger: 'push' | 'tag' | 'pull_request';
+      ref: string;
+      sha: string;
+      baseRef: string | null;
+      pullRequest: number | null;
+      trusted: boolean;
+    }
+  | { kind: 'close_pull_request'; repo: string; pullRequest: number };
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+/** An intent before the repository is attached to it. */
+type Outcome = DistributiveOmit<WebhookIntent, 'repo'>;
+
+// Both forges name the object a ref points at by its SHA-1, or SHA-256 in SHA-256 repositories.
+const COMMIT_SHA = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+const ZERO_SHA = /^0+$/;
+
+/** True for a full commit sha as the forges write it: 40 or 64 lower-case hex digits. */
+export function isCommitSha(value: string): boolean {
+  return COMMIT_SHA.test(value);
+}
+
+const ShaSchema = z.string().regex(COMMIT_SHA, {
+  error: (issue) =>
+    `expected a commit sha (40 or 64 lower-case hex digits), got ${describe(issue.input)}`,
+});
+const NameSchema = z.string().min(1, 'must not be empty');
+const RepoSchema = z.looseObject({ full_name: NameSchema });
+const PullNumberSchema = z.number().int().positive('must be a positive whole number');
+
+const EnvelopeSchema = z.looseObject({ repository: RepoSchema });
+
+const PushSchema = z.looseObject({
+  ref: NameSchema,
+  after: ShaSchema,
+  // GitHub only; an all-zero `after` marks a deleted ref on either forge.
+  deleted: z.boolean().optional(),
+  head_commit: z.unknown(),
+});
+
+const ActionSchema = z.looseObject({ action: NameSchema });
+
+const PullRequestBuildSchema = z.looseObject({
+  number: PullNumberSchema.optional(),
+  pull_request: z.looseObject({
+    number: PullNumberSchema.optional(),
+    head: z.looseObject({
+      sha: ShaSchema,
+      // Null when the fork the pull request came from was deleted.
+      repo: RepoSchema.nullable().optional(),
+    }),
+    base: z.looseObject({ ref: NameSchema, repo: RepoSchema.nullable().optional() }),
+  }),
+});
+
+const PullRequestCloseSchema = z.looseObject({
+  number: PullNumberSchema.optional(),
+  pull_request: z.looseObject({ number: PullNumberSchema.optional() }).optional(),
+});
+
+// GitHub spells it `synchronize`, Gitea `synchronized`; either is accepted from either forge.
+const BUILD_ACTIONS = new Set(['opened', 'synchronize', 'synchronized', 'reopened']);
+
+/**
+ * Reads a parsed JSON payload leniently (unknown fields ignored). `repo` is
+ * `repository.full_name`, required for every event because it is how the project is found. A
+ * field the event needs that is missing or of the wrong type is a ValidationError whose issue
+ * path names the field, e.g. `pull_request.head.sha`.
+ */
+export function parseWebhook(_forge: ForgeKind, event: string, payload: unknown): WebhookIntent {
+  // Both dialects carry these fields under the same names and meanings, so the forge changes
+  // nothing here yet; it stays in the signature for the day a dialect needs it.
+  if (!isPlainObject(payload)) {
+    throw new ValidationError([
+      { path: '', message: `expected a JSON object, got ${describe(payload)}` },
+    ]);
+  }
+  const issues: ValidationIssue[] = [];
+  const envelope = check(EnvelopeSchema, payload, issues);
+  const outcome = readEvent(event, payload, envelope?.repository.full_name, issues);
+  if (issues.length > 0 || envelope === undefined || outcome === undefined) {
+    throw new ValidationError(issues);
+  }
+  return { ...outcome, repo: envelope.repository.full_name };
+}
+
+function readEvent(
+  event: string,
+  payload: Record<string, unknown>,
+  repo: string | undefined,
+  issues: ValidationIssue[],
+): Outcome | undefined {
+  switch (event) {
+    case 'push':
+      return readPush(payload, issues);
+    case 'pull_request':
+      return readPullRequest(payload, repo, issues);
+    case 'ping':
+      return { kind: 'ignore', reason: 'ping' };
+    case 'delete': {
+      const ref = payload.ref;
+      return {
+        kind: 'ignore',
+        reason: typeof ref === 'string' && ref !== '' ? `deleted ref ${ref}` : 'deleted ref',
+      };
+    }
+    case 'create':
+      // A new branch or tag also arrives as a push event, which is the one that builds.
+      return { kind: 'ignore', reason: 'create event: the push event for the new ref builds it' };
+    default:
+      return { kind: 'ignore', reason: `event ${JSON.stringify(event)} triggers nothing` };
+  }
+}
+
+function readPush(payload: unknown, issues: ValidationIssue[]): Outcome | undefined {
+  const push = check(PushSchema, payload, issues);
+  if (push === undefined) return undefined;
+  if (push.deleted === true || ZERO_SHA.test(push.after)) {
+    return { kind: 'ignore', reason: `deleted ref ${push.ref}` };
+  }
+  let trigger: 'push' | 'tag';
+  let sha = push.after;
+  if (push.ref.startsWith('refs/heads/')) {
+    trigger = 'push';
+  } else if (push.ref.startsWith('refs/tags/')) {
+    trigger = 'tag';
+    // For an annotated tag `after` is the tag object, which neither forge's file API nor its
+    // status API accepts as a commit; both name the tagged commit in `head_commit.id`
+    // (GitHub since 2021, Gitea since 1.16). A lightweight tag has the same sha in both.
+    sha = taggedCommit(push.head_commit) ?? push.after;
+  } else {
+    return { kind: 'ignore', reason: `push to ${push.ref} is neither a branch nor a tag` };
+  }
+  return {
+    kind: 'build',
+    trigger,
+    ref: push.ref,
+    sha,
+    baseRef: null,
+    pullRequest: null,
+    trusted: true,
+  };
+}
+
+function taggedCommit(headCommit: unknown): string | undefined {
+  if (!isPlainObject(headCommit)) return undefined;
+  const id = headCommit.id;
+  return typeof id === 'string' && isCommitSha(id) ? id : undefined;
+}
+
+function readPullRequest(
+  payload: unknown,
+  repo: string | undefined,
+  issues: ValidationIssue[],
+): Outcome | undefined {
+  const action = check(ActionSchema, payload, issues)?.action;
+  if (action === undefined) return undefined;
+  if (action === 'closed') {
+    const closed = check(PullRequestCloseSchema, payload, issues);
+    if (closed === undefined) return undefined;
+    const number = pullNumber(closed.number, closed.pull_request?.number, issues);
+    return number === undefined ? undefined : { kind: 'close_pull_request', pullRequest: number };
+  }
+  if (!BUILD_ACTIONS.has(action)) {
+    return {
+      kind: 'ignore',
+      reason: `pull_request action ${JSON.stringify(action)} triggers nothing`,
+    };
+  }
+  const body = check(PullRequestBuildSchema, payload, issues);
+  if (body === undefined) return undefined;
+  const pr = body.pull_request;
+  const number = pullNumber(body.number, pr.number, issues);
+  if (number === undefined) return undefined;
+  // The pull request lives in the base repository, which is also the webhook's `repository`.
+  const baseRepo = pr.base.repo?.full_name ?? repo;
+  // Only a branch of the same repository is trusted with secrets: anyone can open a pull
+  // request from a fork, and a deleted fork (head.repo null) is no better. Names compare
+  // exactly; a case mismatch makes a job untrusted, which is the safe way to be wrong.
+  const headRepo = pr.head.repo?.full_name;
+  return {
+    kind: 'build',
+    trigger: 'pull_request',
+    ref: `refs/pull/${number}/head`,
+    sha: pr.head.sha,
+    baseRef: pr.base.ref,
+    pullRequest: number,
+    trusted: headRepo !== undefined && headRepo === baseRepo,
+  };
+}
+
+function pullNumber(
+  top: number | undefined,
+  nested: number | undefined,
+  issues: ValidationIssue[],
+): number | undefined {
+  const number = top ?? nested;
+  if (number === undefined) issues.push({ path: 'number', message: 'missing' });
+  return number;
+}
+
+/** Parses `value` with `schema`, adding each problem to `issues` with its dotted path. */
+function check<T>(schema: z.ZodType<T>, value: unknown, issues: ValidationIssue[]): T | undefined {
+  const result = schema.safeParse(value, { error: issueMessage });
+  if (result.success) return result.data;
+  for (const issue of result.error.issues) {
+    const path = issue.path.map(String).join('.');
+    // Several schemas read the same envelope fields; report each problem once.
+    if (!issues.some((known) => known.path === path && known.message === issue.message)) {
+      issues.push({ path, message: issue.message });
+    }
+  }
+  return undefined;
+}
+
+const EXPECTED: Readonly<Record<string, string>> = {
+  string: 'a string',
+  number: 'a number',
+  int: 'a whole number',
+  boolean: 'true or false',
+  object: 'an object',
+  array: 'a list',
+};
+
+function issueMessage(issue: z.core.$ZodRawIssue): string | undefined {
+  if (issue.code !== 'invalid_type') return undefined;
+  if (issue.input === undefined) return 'missing';
+  return `expected ${EXPECTED[issue.expected] ?? issue.expected}, got ${describe(issue.input)}`;
+}
+
+/** Describes a JSON value for a message: `null`, `a list`, `an object`, `"text"`, `42`. */
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'nothing';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'string') {
+    return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
+  }
+  if (typeof value === 'object') return 'an object';
+  return String(value);
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+const SIGNATURE_FORMAT: Readonly<Record<ForgeKind, RegExp>> = {
+  github: /^sha256=([0-9a-fA-F]{64})$/,
+  gitea: /^([0-9a-fA-F]{64})$/,
+};
+
+function hmac(rawBody: Buffer, secret: string): Buffer {
+  return createHmac('sha256', secret).update(rawBody).digest();
+}
+
+/** Constant-time check of the signature header over the raw body bytes with the project's secret. */
+export function verifySignature(
+  forge: ForgeKind,
+  rawBody: Buffer,
+  secret: string,
+  header: string | undefined,
+): boolean {
+  // With an empty key anyone can compute the HMAC, so it proves nothing.
+  if (header === undefined || secret === '') return false;
+  const hex = SIGNATURE_FORMAT[forge].exec(header.trim())?.[1];
+  if (hex === undefined) return false;
+  const given = Buffer.from(hex, 'hex');
+  const expected = hmac(rawBody, secret);
+  // The format check fixes the length at 32 bytes; timingSafeEqual throws on unequal lengths.
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+/** Computes the header value a forge would send (for tests, the demo and the CLI). */
+export function signBody(forge: ForgeKind, rawBody: Buffer, secret: string): string {
+  const hex = hmac(rawBody, secret).toString('hex');
+  return forge === 'github' ? `sha256=${hex}` : hex;
+}
