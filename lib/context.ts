@@ -1,7 +1,7 @@
 // What every function needs at run time, built once per Lambda container (or
 // once by the local stack): configuration, the pool, the keyring, the admin
 // token and the way to dispatch a compile.
-import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
+import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
 import { compileJob } from './compile.ts';
 import { type Config, ConfigError, loadConfig } from './config.ts';
 import { createPool, type Pool } from './db/index.ts';
@@ -39,8 +39,11 @@ export function getContext(): Promise<AppContext> {
 }
 
 /** Dispatches compiles through the Lambda client as async (`Event`) invocations. */
-export function lambdaDispatcher(functionName: string): (jobId: string) => Promise<void> {
-  const client = new LambdaClient({});
+export function lambdaDispatcher(
+  functionName: string,
+  clientConfig: LambdaClientConfig = {},
+): (jobId: string) => Promise<void> {
+  const client = new LambdaClient(clientConfig);
   return async (jobId) => {
     await client.send(
       new InvokeCommand({
