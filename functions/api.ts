@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { requireAdmin } from '../lib/auth.ts';
-import { type AppContext, dispatchCompile, getContext } from '../lib/context.ts';
+import { type AppContext, getContext } from '../lib/context.ts';
+import { dispatchCompile } from '../lib/dispatch.ts';
 import { NotFoundError } from '../lib/errors.ts';
 import {
   type HttpEvent,

@@ -1,4 +1,5 @@
-import { dispatchCompile, getContext } from '../lib/context.ts';
+import { getContext } from '../lib/context.ts';
+import { dispatchCompile } from '../lib/dispatch.ts';
 import { type HttpEvent, httpFunction, type Reply, rawBody } from '../lib/http/index.ts';
 import { MAX_WEBHOOK_BYTES, receiveWebhook } from '../lib/webhooks.ts';
 

@@ -24,6 +24,13 @@ export const ConfigSchema = z.object({
   /** The compile Lambda's name; unset means compile runs in-process. */
   CONDUCTOR_COMPILE_FUNCTION: z.string().min(1).optional(),
   CONDUCTOR_DB_POOL_MAX: positiveInt(1000).default(10),
+  /** Deployed: the database secret (username, password, host, port, dbname) in Secrets Manager. */
+  CONDUCTOR_DB_SECRET_ARN: z.string().min(1).optional(),
+  /** Deployed: the host to connect to (RDS Proxy's endpoint), overriding the secret's. */
+  CONDUCTOR_DB_HOST: z.string().min(1).optional(),
+  CONDUCTOR_DB_NAME: z.string().min(1).optional(),
+  /** Deployed: a Secrets Manager secret holding {"admin_token", "secret_key"}. */
+  CONDUCTOR_APP_SECRET_ARN: z.string().min(1).optional(),
   CONDUCTOR_LOG_MAX_BYTES: positiveInt(2 ** 40).default(64 * 1024 * 1024),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;

@@ -1,8 +1,9 @@
 // What every function needs at run time, built once per Lambda container (or
-// once by the local stack): configuration, the pool, the keyring, the admin
-// token and the way to dispatch a compile.
-import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
-import { compileJob } from './compile.ts';
+// once by the local stack): configuration, the pool, the keyring and the admin
+// token. Deployed, the database credentials and the app's keys come from
+// Secrets Manager at cold start, never from plain environment variables.
+// Nothing here imports the Lambda client or the compiler: the functions that
+// do not dispatch compiles stay small (see lib/dispatch.ts).
 import { type Config, ConfigError, loadConfig } from './config.ts';
 import { createPool, type Pool } from './db/index.ts';
 import { log } from './log.ts';
@@ -13,8 +14,8 @@ export interface AppContext {
   pool: Pool;
   keyring: Keyring;
   adminToken: string;
-  /** Starts the compile of a job, after the caller's transaction committed. */
-  dispatchCompile: (jobId: string) => Promise<void>;
+  /** How to start a compile; unset: lib/dispatch.ts decides from the configuration. */
+  dispatchCompile?: (jobId: string) => Promise<void>;
 }
 
 let current: Promise<AppContext> | undefined;
@@ -38,76 +39,91 @@ export function getContext(): Promise<AppContext> {
   return current;
 }
 
-/** Dispatches compiles through the Lambda client as async (`Event`) invocations. */
-export function lambdaDispatcher(
-  functionName: string,
-  clientConfig: LambdaClientConfig = {},
-): (jobId: string) => Promise<void> {
-  const client = new LambdaClient(clientConfig);
-  return async (jobId) => {
-    await client.send(
-      new InvokeCommand({
-        FunctionName: functionName,
-        InvocationType: 'Event',
-        Payload: Buffer.from(JSON.stringify({ job_id: jobId })),
-      }),
+/**
+ * Reads a secret through the AWS Parameters and Secrets Lambda extension (a
+ * local HTTP endpoint the extension layer serves and caches), which keeps the
+ * Secrets Manager SDK out of every bundle.
+ */
+export async function readSecret(
+  arn: string,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<unknown> {
+  const port = env.PARAMETERS_SECRETS_EXTENSION_HTTP_PORT ?? '2773';
+  const res = await fetch(
+    `http://localhost:${port}/secretsmanager/get?secretId=${encodeURIComponent(arn)}`,
+    {
+      headers: { 'X-Aws-Parameters-Secrets-Token': env.AWS_SESSION_TOKEN ?? '' },
+      signal: AbortSignal.timeout(5_000),
+    },
+  );
+  if (!res.ok) throw new Error(`reading secret ${arn} failed: HTTP ${res.status}`);
+  const body = (await res.json()) as { SecretString?: string };
+  if (!body.SecretString) throw new Error(`secret ${arn} has no string value`);
+  return JSON.parse(body.SecretString);
+}
+
+interface Credentials {
+  databaseUrl: string;
+  adminToken: string;
+  secretKey: string;
+}
+
+async function credentials(config: Config, env: NodeJS.ProcessEnv): Promise<Credentials> {
+  let databaseUrl = config.DATABASE_URL;
+  if (!databaseUrl && config.CONDUCTOR_DB_SECRET_ARN) {
+    const db = (await readSecret(config.CONDUCTOR_DB_SECRET_ARN, env)) as {
+      username: string;
+      password: string;
+      host?: string;
+      port?: number;
+      dbname?: string;
+    };
+    const host = config.CONDUCTOR_DB_HOST ?? db.host;
+    const name = config.CONDUCTOR_DB_NAME ?? db.dbname ?? 'postgres';
+    // TLS without verifying the certificate chain: the connection stays inside
+    // the VPC, and the RDS CA bundle is not shipped in the function.
+    databaseUrl = `postgres://${encodeURIComponent(db.username)}:${encodeURIComponent(db.password)}@${host}:${db.port ?? 5432}/${encodeURIComponent(name)}?sslmode=no-verify`;
+  }
+  let adminToken = config.CONDUCTOR_ADMIN_TOKEN;
+  let secretKey = config.CONDUCTOR_SECRET_KEY;
+  if ((!adminToken || !secretKey) && config.CONDUCTOR_APP_SECRET_ARN) {
+    const app = (await readSecret(config.CONDUCTOR_APP_SECRET_ARN, env)) as {
+      admin_token?: string;
+      secret_key?: string;
+    };
+    adminToken ??= app.admin_token;
+    secretKey ??= app.secret_key;
+  }
+  if (!databaseUrl) {
+    throw new ConfigError(
+      'DATABASE_URL or CONDUCTOR_DB_SECRET_ARN: required outside the local stack',
     );
-  };
+  }
+  if (!secretKey) {
+    throw new ConfigError(
+      'CONDUCTOR_SECRET_KEY or CONDUCTOR_APP_SECRET_ARN: required outside the local stack',
+    );
+  }
+  if (!adminToken) {
+    throw new ConfigError(
+      'CONDUCTOR_ADMIN_TOKEN or CONDUCTOR_APP_SECRET_ARN: required outside the local stack',
+    );
+  }
+  return { databaseUrl, adminToken, secretKey };
 }
 
-/**
- * Compiles in this process, after the caller has answered: the local stack's
- * way, and the fallback when no compile function is configured.
- */
-export function inProcessDispatcher(
-  ctx: () => Pick<AppContext, 'pool' | 'keyring' | 'config'>,
-): (jobId: string) => Promise<void> {
-  return async (jobId) => {
-    setImmediate(() => {
-      const { pool, keyring, config } = ctx();
-      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId).catch((err) =>
-        log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
-      );
-    });
-  };
-}
-
-/**
- * Dispatches a compile after the caller's transaction committed. A failure is
- * logged, not raised: the job is recorded, and the sweep dispatches the
- * compile of a job left pending again.
- */
-export async function dispatchCompile(ctx: AppContext, jobId: string): Promise<void> {
-  try {
-    await ctx.dispatchCompile(jobId);
-  } catch (err) {
-    log('error', 'could not dispatch a compile; the sweep will retry', { job_id: jobId, err });
-  }
-}
-
-async function contextFromEnv(): Promise<AppContext> {
-  const config = loadConfig();
-  if (!config.DATABASE_URL) throw new ConfigError('DATABASE_URL: required outside the local stack');
-  if (!config.CONDUCTOR_SECRET_KEY) {
-    throw new ConfigError('CONDUCTOR_SECRET_KEY: required outside the local stack');
-  }
-  if (!config.CONDUCTOR_ADMIN_TOKEN) {
-    throw new ConfigError('CONDUCTOR_ADMIN_TOKEN: required outside the local stack');
-  }
+/** Builds the context of a deployed function from its environment (and Secrets Manager). */
+export async function contextFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<AppContext> {
+  const config = loadConfig(env);
+  const creds = await credentials(config, env);
   const pool: Pool = createPool(
-    { url: config.DATABASE_URL, max: config.CONDUCTOR_DB_POOL_MAX },
+    { url: creds.databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX },
     (err) => log('warn', 'idle database connection failed', { err }),
   );
-  const compileFunction = config.CONDUCTOR_COMPILE_FUNCTION;
-  const ctx: AppContext = {
+  return {
     config,
     pool,
-    keyring: parseKeyring(config.CONDUCTOR_SECRET_KEY),
-    adminToken: config.CONDUCTOR_ADMIN_TOKEN,
-    dispatchCompile: async () => {},
+    keyring: parseKeyring(creds.secretKey),
+    adminToken: creds.adminToken,
   };
-  ctx.dispatchCompile = compileFunction
-    ? lambdaDispatcher(compileFunction)
-    : inProcessDispatcher(() => ctx);
-  return ctx;
 }

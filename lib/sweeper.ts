@@ -1,4 +1,5 @@
-import { type AppContext, dispatchCompile } from './context.ts';
+import type { AppContext } from './context.ts';
+import { dispatchCompile } from './dispatch.ts';
 import { log } from './log.ts';
 import { type SweepOptions, type SweepSummary, sweep } from './scheduler/index.ts';
 

@@ -7,8 +7,9 @@ import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { newToken } from '../auth.ts';
 import { type Config, loadConfig } from '../config.ts';
-import { type AppContext, clearContext, inProcessDispatcher, setContext } from '../context.ts';
+import { type AppContext, clearContext, setContext } from '../context.ts';
 import { createPool, migrate, type Pool } from '../db/index.ts';
+import { inProcessDispatcher } from '../dispatch.ts';
 import { log } from '../log.ts';
 import { generateKey, parseKeyring } from '../secrets.ts';
 import { runSweep } from '../sweeper.ts';
@@ -99,7 +100,6 @@ export async function startLocalStack(
     pool,
     keyring: parseKeyring(secretKey),
     adminToken,
-    dispatchCompile: async () => {},
   };
   context.dispatchCompile = inProcessDispatcher(() => context);
   setContext(context);

@@ -1,0 +1,64 @@
+// Starting a compile after the caller's transaction committed: an async
+// (`Event`) invocation of the compile function when CONDUCTOR_COMPILE_FUNCTION
+// is set, else in this process after the caller has answered. Only the
+// functions that dispatch (webhook, api, sweep) import this module, so the
+// Lambda client and the compiler stay out of the others' bundles.
+import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
+import { compileJob } from './compile.ts';
+import type { AppContext } from './context.ts';
+import { log } from './log.ts';
+
+/** Dispatches compiles through the Lambda client as async (`Event`) invocations. */
+export function lambdaDispatcher(
+  functionName: string,
+  clientConfig: LambdaClientConfig = {},
+): (jobId: string) => Promise<void> {
+  const client = new LambdaClient(clientConfig);
+  return async (jobId) => {
+    await client.send(
+      new InvokeCommand({
+        FunctionName: functionName,
+        InvocationType: 'Event',
+        Payload: Buffer.from(JSON.stringify({ job_id: jobId })),
+      }),
+    );
+  };
+}
+
+/** Compiles in this process, after the caller has answered (the local stack's way). */
+export function inProcessDispatcher(ctx: () => AppContext): (jobId: string) => Promise<void> {
+  return async (jobId) => {
+    setImmediate(() => {
+      const { pool, keyring, config } = ctx();
+      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId).catch((err) =>
+        log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
+      );
+    });
+  };
+}
+
+const dispatchers = new WeakMap<AppContext, (jobId: string) => Promise<void>>();
+
+function dispatcherOf(ctx: AppContext): (jobId: string) => Promise<void> {
+  if (ctx.dispatchCompile) return ctx.dispatchCompile;
+  let dispatcher = dispatchers.get(ctx);
+  if (!dispatcher) {
+    const name = ctx.config.CONDUCTOR_COMPILE_FUNCTION;
+    dispatcher = name ? lambdaDispatcher(name) : inProcessDispatcher(() => ctx);
+    dispatchers.set(ctx, dispatcher);
+  }
+  return dispatcher;
+}
+
+/**
+ * Dispatches a compile after the caller's transaction committed. A failure is
+ * logged, not raised: the job is recorded, and the sweep dispatches the
+ * compile of a job left pending again.
+ */
+export async function dispatchCompile(ctx: AppContext, jobId: string): Promise<void> {
+  try {
+    await dispatcherOf(ctx)(jobId);
+  } catch (err) {
+    log('error', 'could not dispatch a compile; the sweep will retry', { job_id: jobId, err });
+  }
+}
