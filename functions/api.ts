@@ -48,11 +48,11 @@ export const TriggerSchema = z.strictObject({
 export const RerunSchema = z.strictObject({ failed_only: z.boolean().default(false) });
 const JobListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20),
-  before: z.coerce.number().int().min(1).optional(),
+  before: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
 });
 const LogQuery = z.object({
-  attempt: z.coerce.number().int().min(1).optional(),
-  offset: z.coerce.number().int().min(0).default(0),
+  attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
+  offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
 });
 
 type Route = (event: HttpEvent, ctx: AppContext) => Promise<Reply>;

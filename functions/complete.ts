@@ -3,6 +3,7 @@ import { requireWorker } from '../lib/auth.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
+import { maskSecrets, taskSecretValues } from '../lib/logs.ts';
 import { completeTask } from '../lib/scheduler/index.ts';
 
 export const CompleteSchema = z.strictObject({
@@ -33,7 +34,10 @@ async function main(event: HttpEvent): Promise<Reply> {
     exitCode: body.exit_code ?? null,
     outputs: body.outputs ?? {},
     transient: body.transient ?? false,
-    error: body.error ?? null,
+    // The error is shown in the job view: mask secrets in it as in the log.
+    error: body.error
+      ? maskSecrets(body.error, await taskSecretValues(ctx.pool, ctx.keyring, taskId))
+      : null,
   });
   return { status: 200, body: { state: result.state, job_state: result.job_state } };
 }

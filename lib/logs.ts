@@ -94,12 +94,32 @@ export async function appendLog(
     }
     let text = tail.toString('utf8');
     if (task.trusted && task.secrets.length > 0) {
-      const values = await secretValues(tx, keyring, task.project_id, task.secrets);
-      text = maskSecrets(text, Object.values(values));
+      const values = Object.values(await secretValues(tx, keyring, task.project_id, task.secrets));
+      // A value can be cut in two by where the runner's buffer filled, its
+      // start ending the previous chunk: mask the two together, and when that
+      // masks across the boundary, keep the result in the previous chunk.
+      const previous = await tx.query<{ byte_offset: number; data: Buffer }>(
+        `select byte_offset, data from log_chunks
+          where task_id = $1 and attempt = $2 and byte_offset < $3
+          order by byte_offset desc limit 1`,
+        [input.taskId, task.attempt, size],
+      );
+      const before = previous.rows[0];
+      const prevText = before ? before.data.toString('utf8') : '';
+      const joined = maskSecrets(prevText + text, values);
+      if (before && !joined.startsWith(prevText)) {
+        await tx.query(
+          'update log_chunks set data = $4 where task_id = $1 and attempt = $2 and byte_offset = $3',
+          [input.taskId, task.attempt, before.byte_offset, Buffer.from(joined, 'utf8')],
+        );
+        text = '';
+      } else {
+        text = joined.slice(prevText.length);
+      }
     }
     await tx.query(
-      `insert into log_chunks (task_id, attempt, byte_offset, data) values ($1, $2, $3, $4)`,
-      [input.taskId, task.attempt, size, Buffer.from(text, 'utf8')],
+      `insert into log_chunks (task_id, attempt, byte_offset, size, data) values ($1, $2, $3, $4, $5)`,
+      [input.taskId, task.attempt, size, tail.length, Buffer.from(text, 'utf8')],
     );
     await tx.query('update task_attempts set log_size = $3 where task_id = $1 and attempt = $2', [
       input.taskId,
@@ -129,15 +149,38 @@ export async function readLog(
     [taskId, which],
   );
   if (!found.rows[0]) throw new NotFoundError(`task ${taskId} has no attempt ${which}`);
-  const chunks = await db.query<{ data: Buffer }>(
-    `select data from log_chunks
-      where task_id = $1 and attempt = $2 and byte_offset >= $3
+  // Every chunk that ends past the offset. The first may start before it:
+  // cut it at the offset when it was stored as sent; a chunk whose secrets
+  // were masked has other byte positions, and is returned whole.
+  const chunks = await db.query<{ byte_offset: number; size: number; data: Buffer }>(
+    `select byte_offset, size, data from log_chunks
+      where task_id = $1 and attempt = $2 and byte_offset + size > $3
       order by byte_offset`,
     [taskId, which, offset],
   );
+  const parts = chunks.rows.map((c) => {
+    const skip = offset - c.byte_offset;
+    return skip > 0 && c.data.length === c.size ? c.data.subarray(skip) : c.data;
+  });
   return {
     attempt: which,
     size: found.rows[0].log_size,
-    text: Buffer.concat(chunks.rows.map((c) => c.data)).toString('utf8'),
+    text: Buffer.concat(parts).toString('utf8'),
   };
+}
+
+/** The secret values a task's job may see (none for untrusted jobs), to mask what the runner reports. */
+export async function taskSecretValues(
+  db: Queryable,
+  keyring: Keyring,
+  taskId: string,
+): Promise<string[]> {
+  const { rows } = await db.query<{ project_id: string; trusted: boolean; secrets: string[] }>(
+    `select j.project_id, j.trusted, t.secrets from tasks t join jobs j on j.id = t.job_id
+      where t.id = $1`,
+    [taskId],
+  );
+  const task = rows[0];
+  if (!task || !task.trusted || task.secrets.length === 0) return [];
+  return Object.values(await secretValues(db, keyring, task.project_id, task.secrets));
 }

@@ -182,6 +182,9 @@ create table log_chunks (
   task_id uuid not null,
   attempt integer not null,
   byte_offset bigint not null check (byte_offset >= 0),
+  -- Bytes of the runner's text this chunk stands for; `data` is what is kept
+  -- of them, with secret values masked, so its length can differ.
+  size integer not null check (size >= 0),
   data bytea not null,
   created_at timestamptz not null default now(),
   primary key (task_id, attempt, byte_offset),

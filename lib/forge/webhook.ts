@@ -86,9 +86,18 @@ const ShaSchema = z.string().regex(COMMIT_SHA, {
   error: (issue) =>
     `expected a commit sha (40 or 64 lower-case hex digits), got ${describe(issue.input)}`,
 });
-const NameSchema = z.string().min(1, 'must not be empty');
+// PostgreSQL text cannot hold NUL, and refs and names never contain one.
+const NameSchema = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(1024, 'must be at most 1024 characters')
+  .refine((v) => !v.includes('\u0000'), 'must not contain a NUL character');
 const RepoSchema = z.looseObject({ full_name: NameSchema });
-const PullNumberSchema = z.number().int().positive('must be a positive whole number');
+const PullNumberSchema = z
+  .number()
+  .int()
+  .positive('must be a positive whole number')
+  .max(2_147_483_647, 'must be at most 2147483647');
 
 const EnvelopeSchema = z.looseObject({ repository: RepoSchema });
 

@@ -8,6 +8,7 @@ import type {
   Context,
 } from 'aws-lambda';
 import type { z } from 'zod';
+import { sqlState } from '../db/sqlstate.ts';
 import {
   AppError,
   BadRequestError,
@@ -17,6 +18,9 @@ import {
   type ValidationIssue,
 } from '../errors.ts';
 import { log, withRequestId } from '../log.ts';
+
+// SQLSTATE class 22 codes a request's own value can cause.
+const DATA_EXCEPTIONS = new Set(['22001', '22003', '22021', '22P02', '22P05', '22007', '22008']);
 
 export type HttpEvent = APIGatewayProxyEventV2;
 export type HttpResult = APIGatewayProxyStructuredResultV2;
@@ -65,9 +69,39 @@ export function jsonBody<S extends z.ZodType>(event: HttpEvent, schema: S): z.in
       throw new BadRequestError('the body is not valid JSON');
     }
   }
+  const nul = findNul(value);
+  if (nul !== undefined) {
+    throw new ValidationError([
+      { path: nul || 'body', message: 'must not contain a NUL character' },
+    ]);
+  }
   const parsed = schema.safeParse(value);
   if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
   return parsed.data;
+}
+
+/**
+ * The path of the first string (or key) in a JSON value that holds a NUL
+ * character, which PostgreSQL text cannot store; undefined when there is none.
+ */
+export function findNul(value: unknown, path = ''): string | undefined {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = findNul(value[i], path ? `${path}.${i}` : String(i));
+      if (found !== undefined) return found;
+    }
+    return undefined;
+  }
+  if (value !== null && typeof value === 'object') {
+    for (const [key, item] of Object.entries(value)) {
+      const here = path ? `${path}.${key}` : key;
+      if (key.includes('\u0000')) return here;
+      const found = findNul(item, here);
+      if (found !== undefined) return found;
+    }
+  }
+  return undefined;
 }
 
 /** Parses the query string against a schema; a bad value is a 400 naming the parameter. */
@@ -81,6 +115,8 @@ export function queryParams<S extends z.ZodType>(event: HttpEvent, schema: S): z
 export function pathParam(event: HttpEvent, name: string): string {
   const value = event.pathParameters?.[name];
   if (value === undefined) throw new NotFoundError(`no ${name} in the path`);
+  // Nothing stored can have a NUL in its name, so it cannot exist.
+  if (value.includes('\u0000')) throw new NotFoundError(`no ${name} with a NUL character exists`);
   return value;
 }
 
@@ -125,6 +161,13 @@ function errorReply(err: unknown, requestId: string): HttpResult {
     message = err.message;
     if (err instanceof ValidationError) extra = { issues: err.issues };
     details = err.details ?? {};
+  } else if (DATA_EXCEPTIONS.has(sqlState(err) ?? '')) {
+    // A value the validation let through but PostgreSQL cannot take: still
+    // the client's input, so a 400, logged so the validation can be tightened.
+    log('warn', 'the database refused a value from a request', { err });
+    status = 400;
+    code = 'bad_request';
+    message = 'a value in the request is out of range or not valid text';
   } else {
     log('error', 'request failed', { err });
   }
@@ -171,9 +214,7 @@ export function httpMiddleware(opts: {
     before: (request) => {
       const body = request.event.body;
       if (body) {
-        const bytes = request.event.isBase64Encoded
-          ? Math.floor((body.length * 3) / 4)
-          : Buffer.byteLength(body, 'utf8');
+        const bytes = Buffer.byteLength(body, request.event.isBase64Encoded ? 'base64' : 'utf8');
         if (bytes > opts.maxBodyBytes) {
           throw new PayloadTooLargeError(`the body is over ${opts.maxBodyBytes} bytes`);
         }

@@ -1,0 +1,169 @@
+// `npm run runner -- --url URL --token TOKEN [options]`: parses the command
+// line, starts a runner, and turns SIGTERM and SIGINT into a graceful stop.
+import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { type Runner, type RunnerOptions, startRunner } from './index.ts';
+
+export const USAGE = `usage: npm run runner -- --url URL --token TOKEN [options]
+       npx conductor-runner --url URL --token TOKEN [options]
+
+  --url URL            the control plane (default $CONDUCTOR_URL)
+  --token TOKEN        the worker token from POST /v1/workers (default
+                       $CONDUCTOR_RUNNER_TOKEN; the variable keeps it out of ps)
+  --labels a,b         claim only tasks these labels satisfy (a subset of the
+                       worker's registered labels; default all of them)
+  --concurrency N      tasks run at once (default 1)
+  --workdir DIR        where task workspaces are made (default <tmpdir>/conductor-runner)
+  --executor KIND      shell (default): bash on this host; docker: each task in
+                       its image (needs a Docker engine)
+  --default-image IMG  the image of tasks that name none, with --executor docker
+                       (default debian:bookworm-slim)
+  --poll-max-s N       the longest wait between claims when idle (default 10)
+  --grace-s N          on SIGTERM, how long running tasks may finish before
+                       they are given back (default 30)
+  --kill-grace-s N     between SIGTERM and SIGKILL when a script is stopped (default 5)
+  --http-timeout-s N   how long one call to the control plane may take (default 30)
+  -h, --help           this text`;
+
+const seconds = (name: string, min: number) =>
+  z.coerce
+    .number({ error: `--${name} must be a number` })
+    .min(min, `--${name} must be at least ${min}`)
+    .max(7 * 86_400, `--${name} is too large`);
+
+/** The command line after parseArgs, checked. */
+export const RunnerArgsSchema = z.object({
+  url: z
+    .string({ error: '--url (or $CONDUCTOR_URL) is required' })
+    .regex(/^https?:\/\/\S+$/, '--url must be an http:// or https:// URL'),
+  token: z.string({ error: '--token (or $CONDUCTOR_RUNNER_TOKEN) is required' }).min(1),
+  labels: z
+    .string()
+    .optional()
+    .transform((v) =>
+      v === undefined
+        ? undefined
+        : v
+            .split(',')
+            .map((l) => l.trim())
+            .filter(Boolean),
+    ),
+  concurrency: z.coerce
+    .number({ error: '--concurrency must be a number' })
+    .int('--concurrency must be a whole number')
+    .min(1, '--concurrency must be at least 1')
+    .max(256, '--concurrency must be at most 256')
+    .default(1),
+  workdir: z.string().min(1).optional(),
+  executor: z
+    .enum(['shell', 'docker'], { error: '--executor must be shell or docker' })
+    .default('shell'),
+  'default-image': z.string().min(1).optional(),
+  'poll-max-s': seconds('poll-max-s', 0.1).default(10),
+  'grace-s': seconds('grace-s', 0).default(30),
+  'kill-grace-s': seconds('kill-grace-s', 0).default(5),
+  'http-timeout-s': seconds('http-timeout-s', 1).default(30),
+});
+
+/** Turns a command line (and the environment's defaults) into runner options. */
+export function parseRunnerArgs(argv: string[], env: NodeJS.ProcessEnv): RunnerOptions {
+  const { values } = parseArgs({
+    args: argv,
+    allowPositionals: false,
+    options: {
+      url: { type: 'string' },
+      token: { type: 'string' },
+      labels: { type: 'string' },
+      concurrency: { type: 'string' },
+      workdir: { type: 'string' },
+      executor: { type: 'string' },
+      'default-image': { type: 'string' },
+      'poll-max-s': { type: 'string' },
+      'grace-s': { type: 'string' },
+      'kill-grace-s': { type: 'string' },
+      'http-timeout-s': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) throw new HelpRequested();
+  const parsed = RunnerArgsSchema.safeParse({
+    ...values,
+    url: values.url ?? (env.CONDUCTOR_URL || undefined),
+    token: values.token ?? (env.CONDUCTOR_RUNNER_TOKEN || undefined),
+  });
+  if (!parsed.success) throw new Error(parsed.error.issues.map((i) => i.message).join('; '));
+  const a = parsed.data;
+  return {
+    url: a.url,
+    token: a.token,
+    ...(a.labels ? { labels: a.labels } : {}),
+    concurrency: a.concurrency,
+    ...(a.workdir ? { workdir: a.workdir } : {}),
+    executor: a.executor,
+    ...(a['default-image'] ? { defaultImage: a['default-image'] } : {}),
+    pollMaxMs: a['poll-max-s'] * 1000,
+    graceMs: a['grace-s'] * 1000,
+    killGraceMs: a['kill-grace-s'] * 1000,
+    httpTimeoutMs: a['http-timeout-s'] * 1000,
+  };
+}
+
+class HelpRequested extends Error {}
+
+export interface CliIo {
+  env: NodeJS.ProcessEnv;
+  /** Usage and start-up errors (stderr). */
+  err: (line: string) => void;
+  /** Where SIGTERM and SIGINT come from (the process). */
+  signals?: Pick<NodeJS.Process, 'on' | 'off'>;
+}
+
+/**
+ * Runs the runner until it is stopped; answers the exit code: 0 after a
+ * graceful stop, 1 when it could not start or stopped on an error, 2 for a
+ * bad command line.
+ */
+export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
+  let options: RunnerOptions;
+  try {
+    options = parseRunnerArgs(argv, io.env);
+  } catch (err) {
+    if (err instanceof HelpRequested) {
+      io.err(USAGE);
+      return 0;
+    }
+    io.err(`${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    return 2;
+  }
+  let runner: Runner;
+  try {
+    runner = await startRunner(options);
+  } catch (err) {
+    io.err(`conductor-runner: ${err instanceof Error ? err.message : String(err)}`);
+    return 1;
+  }
+  const signals = io.signals ?? process;
+  let signalled = 0;
+  const onSignal = (signal: NodeJS.Signals) => {
+    // The first signal stops gracefully; a second one gives the tasks back at once.
+    signalled++;
+    io.err(
+      signalled === 1
+        ? `conductor-runner: ${signal}: finishing running tasks (send it again to give them back now)`
+        : `conductor-runner: ${signal}: giving running tasks back`,
+    );
+    void runner.stop(signalled === 1 ? {} : { graceMs: 0 });
+  };
+  signals.on('SIGTERM', onSignal);
+  signals.on('SIGINT', onSignal);
+  try {
+    await runner.done;
+    return 0;
+  } catch (err) {
+    io.err(`conductor-runner: ${err instanceof Error ? err.message : String(err)}`);
+    return 1;
+  } finally {
+    signals.off('SIGTERM', onSignal);
+    signals.off('SIGINT', onSignal);
+  }
+}

@@ -1,0 +1,191 @@
+// Where a script runs: on the host (shell), or in its task's image (docker).
+import { chmod, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { exportFile, taskVariables } from './env.ts';
+import { type Exit, run, spawnGroup } from './process.ts';
+import type { Task } from './protocol.ts';
+import { wrapperScript } from './script.ts';
+
+export type ExecutorKind = 'shell' | 'docker';
+
+/** One task's script about to start. */
+export interface ScriptJob {
+  task: Task;
+  /** The checkout, on the host. */
+  workspace: string;
+  /** A directory of the runner's for the script file, the outputs file and the like, on the host. */
+  metaDir: string;
+  /** The host environment the shell executor's scripts (and the docker client) start from. */
+  hostEnv: Record<string, string>;
+  onOutput: (text: string) => boolean;
+  onPaused: (resume: () => void) => void;
+}
+
+/** A running script. */
+export interface Execution {
+  readonly exited: Promise<Exit>;
+  /** Where the script's outputs file is, on the host. */
+  readonly outputFile: string;
+  /** Where the script records the line it ended at, on the host. */
+  readonly lineFile: string;
+  /** Stops the script and everything it started: SIGTERM, then SIGKILL after `graceMs`. */
+  stop(graceMs: number): void;
+  /** True when the exit status says the executor itself failed (not the script). */
+  infrastructureFailure(exit: Exit): boolean;
+}
+
+export interface Executor {
+  readonly kind: ExecutorKind;
+  start(job: ScriptJob): Promise<Execution>;
+}
+
+/** Runs scripts with bash on the runner's own host; a task's image is ignored. */
+export function shellExecutor(): Executor {
+  return {
+    kind: 'shell',
+    async start(job) {
+      const outputFile = join(job.metaDir, 'output');
+      const lineFile = join(job.metaDir, 'line');
+      const scriptFile = join(job.metaDir, 'script.sh');
+      await writeFile(outputFile, '');
+      await writeFile(scriptFile, wrapperScript(job.task.script, { lineFile }));
+      const vars = taskVariables(job.task, { workspace: job.workspace, outputFile });
+      const group = spawnGroup('bash', [scriptFile], {
+        cwd: job.workspace,
+        env: { ...job.hostEnv, ...vars },
+        onOutput: job.onOutput,
+        onPaused: job.onPaused,
+      });
+      return {
+        exited: group.exited,
+        outputFile,
+        lineFile,
+        stop: (graceMs) => group.kill(graceMs),
+        infrastructureFailure: () => false,
+      };
+    },
+  };
+}
+
+// Paths inside the container.
+const CONTAINER_WORKSPACE = '/workspace';
+const CONTAINER_META = '/conductor';
+
+export interface DockerRun {
+  /** The container's name, unique per attempt, so it can be stopped by name. */
+  name: string;
+  image: string;
+  /** Host paths mounted at /workspace and /conductor. */
+  workspace: string;
+  metaDir: string;
+}
+
+/**
+ * The `docker run` arguments for a script: the checkout mounted at
+ * /workspace (the working directory), the runner's files at /conductor, an
+ * init process that passes signals on and reaps orphans, and the image's
+ * entrypoint replaced by a shell that runs the script with bash, or sh where
+ * the image has no bash. The environment is not on this command line (where
+ * `ps` and `docker inspect` would show the secrets): the script sources it
+ * from a file in /conductor and deletes it.
+ */
+export function dockerRunArgs(o: DockerRun): string[] {
+  const script = `${CONTAINER_META}/script.sh`;
+  return [
+    'run',
+    '--rm',
+    '--init',
+    '--name',
+    o.name,
+    '--mount',
+    `type=bind,source=${o.workspace},target=${CONTAINER_WORKSPACE}`,
+    '--mount',
+    `type=bind,source=${o.metaDir},target=${CONTAINER_META}`,
+    '--workdir',
+    CONTAINER_WORKSPACE,
+    '--entrypoint',
+    'sh',
+    o.image,
+    '-c',
+    `if command -v bash >/dev/null 2>&1; then exec bash ${script}; else exec sh ${script}; fi`,
+  ];
+}
+
+/** The name of the container of one attempt of a task. */
+export function containerName(task: Task): string {
+  return `conductor-${task.id}-${task.attempt}`.replace(/[^a-zA-Z0-9_.-]/g, '-');
+}
+
+// `docker run` answers 125 when Docker itself failed (the image could not be
+// pulled, the daemon refused): not the script's doing.
+const DOCKER_RUN_FAILED = 125;
+
+/**
+ * Runs scripts in their task's image (or `defaultImage`) with the docker CLI.
+ * Fails when the Docker engine does not answer `docker info`.
+ */
+export async function dockerExecutor(opts: {
+  command?: string;
+  defaultImage: string;
+  env: Record<string, string>;
+}): Promise<Executor> {
+  const docker = opts.command ?? 'docker';
+  const info = await run(docker, ['info', '--format', '{{.ServerVersion}}'], {
+    env: opts.env,
+    timeoutMs: 20_000,
+  });
+  if (info.code !== 0) {
+    const said = info.output.trim().split('\n').filter(Boolean).at(-1) ?? 'no answer';
+    throw new Error(
+      `--executor docker needs a Docker engine, but \`${docker} info\` failed: ${said.slice(0, 300)}`,
+    );
+  }
+  return {
+    kind: 'docker',
+    async start(job) {
+      const outputFile = join(job.metaDir, 'output');
+      const lineFile = join(job.metaDir, 'line');
+      const envFile = join(job.metaDir, 'env.sh');
+      await writeFile(outputFile, '');
+      await writeFile(envFile, '', { mode: 0o600 });
+      await chmod(envFile, 0o600);
+      const vars = taskVariables(job.task, {
+        workspace: CONTAINER_WORKSPACE,
+        outputFile: `${CONTAINER_META}/output`,
+      });
+      await writeFile(envFile, exportFile(vars));
+      await writeFile(
+        join(job.metaDir, 'script.sh'),
+        wrapperScript(job.task.script, {
+          envFile: `${CONTAINER_META}/env.sh`,
+          lineFile: `${CONTAINER_META}/line`,
+        }),
+      );
+      const name = containerName(job.task);
+      const group = spawnGroup(
+        docker,
+        dockerRunArgs({
+          name,
+          image: job.task.image ?? opts.defaultImage,
+          workspace: job.workspace,
+          metaDir: job.metaDir,
+        }),
+        { env: job.hostEnv, onOutput: job.onOutput, onPaused: job.onPaused },
+      );
+      return {
+        exited: group.exited,
+        outputFile,
+        lineFile,
+        stop(graceMs) {
+          // The container is the daemon's child, not ours: stop it by name.
+          void run(docker, ['stop', '--time', String(Math.ceil(graceMs / 1000)), name], {
+            env: job.hostEnv,
+            timeoutMs: graceMs + 10_000,
+          });
+          group.kill(graceMs + 5_000);
+        },
+        infrastructureFailure: (exit) => exit.code === DOCKER_RUN_FAILED,
+      };
+    },
+  };
+}

@@ -1,0 +1,279 @@
+// The reference runner: polls the control plane for tasks and runs them.
+//   const runner = await startRunner({ url, token });
+//   ...
+//   await runner.stop(); // as on SIGTERM: finish within the grace period, give back the rest
+import { mkdir } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { log as defaultLog } from '../log.ts';
+import { Backoff, pause } from './backoff.ts';
+import { isRetryable, MalformedTaskError, RunnerClient } from './client.ts';
+import { hostEnvironment } from './env.ts';
+import type { Logger, RunnerEvent } from './events.ts';
+import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from './executor.ts';
+import { TaskRun } from './task.ts';
+
+export { HttpStatusError, RunnerClient } from './client.ts';
+export type { LogLevel, Logger, RunnerEvent, TaskRef } from './events.ts';
+export { containerName, type DockerRun, dockerRunArgs, type ExecutorKind } from './executor.ts';
+export type { Task } from './protocol.ts';
+
+export interface RunnerOptions {
+  /** The control plane's base URL, e.g. http://127.0.0.1:8080. */
+  url: string;
+  /** The worker token (from `POST /v1/workers`). */
+  token: string;
+  /** Narrows the worker's registered labels; unset claims with all of them. */
+  labels?: string[];
+  /** Tasks run at once. Default 1. */
+  concurrency?: number;
+  /** Where task workspaces are made (and removed). Default: <tmpdir>/conductor-runner. */
+  workdir?: string;
+  /** Default 'shell'. 'docker' needs a Docker engine that answers `docker info`. */
+  executor?: ExecutorKind;
+  /** The image of tasks that name none, with the docker executor. Default debian:bookworm-slim. */
+  defaultImage?: string;
+  /** The docker CLI. Default 'docker'. */
+  dockerCommand?: string;
+  /** The longest wait between two claims that found nothing. Default 10 s. */
+  pollMaxMs?: number;
+  /** The first wait after a claim that found nothing. Default 500 ms. */
+  pollMinMs?: number;
+  /** How long `stop()` lets running tasks finish before giving them back. Default 30 s. */
+  graceMs?: number;
+  /** Between SIGTERM and SIGKILL when a script is stopped. Default 5 s. */
+  killGraceMs?: number;
+  /** How long one HTTP call may take. Default 30 s. */
+  httpTimeoutMs?: number;
+  /** How long a completion is retried while the control plane does not answer. Default 60 s. */
+  completeRetryMs?: number;
+  /** Log chunks go out at least this often. Default 1 s. */
+  logFlushMs?: number;
+  /** …or as soon as this many bytes wait, and no chunk is larger. Default 64 KiB. */
+  logChunkBytes?: number;
+  /** The environment scripts inherit on the host (sanitised). Default process.env. */
+  env?: NodeJS.ProcessEnv;
+  /** Task started, log chunk sent, task finished. */
+  onEvent?: (event: RunnerEvent) => void;
+  /** The runner's own structured lines. Default: JSON lines on stderr. */
+  log?: Logger;
+  /** Replaces the global fetch (tests inject failures with it). */
+  fetch?: typeof fetch;
+}
+
+export interface Runner {
+  /**
+   * Stops claiming, lets running tasks finish for `graceMs` (default: the
+   * runner's), then stops the rest and gives them back as transient failures.
+   * Calling it again with a shorter grace shortens the wait. Resolves once
+   * everything is reported; never rejects.
+   */
+  stop(opts?: { graceMs?: number }): Promise<void>;
+  /** Resolves when the runner has stopped; rejects when it stopped on an error (a refused token). */
+  readonly done: Promise<void>;
+  /** The tasks running now. */
+  running(): number;
+}
+
+/** Starts a runner; rejects at once when it cannot run (no Docker engine for --executor docker). */
+export async function startRunner(options: RunnerOptions): Promise<Runner> {
+  if (!options.url) throw new Error('the control plane URL is required');
+  if (!options.token) throw new Error('the worker token is required');
+  const concurrency = options.concurrency ?? 1;
+  if (!Number.isInteger(concurrency) || concurrency < 1) {
+    throw new Error(`concurrency must be a whole number of at least 1, got ${concurrency}`);
+  }
+  const log = options.log ?? defaultLog;
+  const hostEnv = hostEnvironment(options.env ?? process.env, [
+    options.token,
+    options.url.replace(/\/+$/, ''),
+  ]);
+  const executor: Executor =
+    options.executor === 'docker'
+      ? await dockerExecutor({
+          defaultImage: options.defaultImage ?? 'debian:bookworm-slim',
+          env: hostEnv,
+          ...(options.dockerCommand ? { command: options.dockerCommand } : {}),
+        })
+      : shellExecutor();
+  const workdir = resolve(options.workdir ?? join(tmpdir(), 'conductor-runner'));
+  await mkdir(workdir, { recursive: true });
+
+  const runner = new PollingRunner(options, {
+    client: new RunnerClient({
+      url: options.url,
+      token: options.token,
+      timeoutMs: options.httpTimeoutMs ?? 30_000,
+      ...(options.fetch ? { fetch: options.fetch } : {}),
+    }),
+    executor,
+    workdir,
+    hostEnv,
+    concurrency,
+    log,
+  });
+  log('info', 'runner started', {
+    url: options.url,
+    labels: options.labels ?? null,
+    concurrency,
+    executor: executor.kind,
+    workdir,
+  });
+  return runner;
+}
+
+interface Parts {
+  client: RunnerClient;
+  executor: Executor;
+  workdir: string;
+  hostEnv: Record<string, string>;
+  concurrency: number;
+  log: Logger;
+}
+
+class PollingRunner implements Runner {
+  readonly done: Promise<void>;
+  private readonly active = new Set<TaskRun>();
+  private stopping = false;
+  private givingBack = false;
+  private fatal: unknown;
+  private readonly idle = new AbortController();
+  private slotFreed: (() => void) | undefined;
+  private graceDeadline = Number.POSITIVE_INFINITY;
+  private graceTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly options: RunnerOptions,
+    private readonly parts: Parts,
+  ) {
+    this.done = this.loop();
+    // Whoever only calls stop() must not meet an unhandled rejection.
+    this.done.catch(() => {});
+  }
+
+  running(): number {
+    return this.active.size;
+  }
+
+  stop(opts: { graceMs?: number } = {}): Promise<void> {
+    const graceMs = opts.graceMs ?? this.options.graceMs ?? 30_000;
+    if (!this.stopping) {
+      this.stopping = true;
+      this.parts.log('info', 'runner stopping: no new tasks', {
+        running: this.active.size,
+        grace_s: graceMs / 1000,
+      });
+    }
+    this.idle.abort();
+    this.slotFreed?.();
+    const deadline = Date.now() + graceMs;
+    if (deadline < this.graceDeadline) {
+      this.graceDeadline = deadline;
+      clearTimeout(this.graceTimer);
+      this.graceTimer = setTimeout(() => this.giveBack(), graceMs);
+    }
+    return this.done.catch(() => {});
+  }
+
+  private giveBack(): void {
+    this.givingBack = true;
+    if (this.active.size > 0) {
+      this.parts.log('warn', 'grace period over: giving back the tasks still running', {
+        running: this.active.size,
+      });
+    }
+    for (const run of this.active) run.stop('shutdown');
+  }
+
+  private async loop(): Promise<void> {
+    const { client, log, concurrency } = this.parts;
+    const backoff = new Backoff(this.options.pollMinMs ?? 500, this.options.pollMaxMs ?? 10_000);
+    let failing = 0;
+    while (!this.stopping) {
+      if (this.active.size >= concurrency) {
+        await new Promise<void>((done) => {
+          this.slotFreed = done;
+        });
+        this.slotFreed = undefined;
+        continue;
+      }
+      try {
+        // No abort signal: a claim the control plane has granted must reach
+        // us, or its task waits for its lease to expire.
+        const claimed = await client.claim(this.options.labels);
+        if (failing > 0) log('info', 'the control plane answers again', { failures: failing });
+        failing = 0;
+        if (!claimed) {
+          await pause(backoff.next(), this.idle.signal);
+          continue;
+        }
+        backoff.reset();
+        this.start(new TaskRun(claimed.task, this.taskContext(), claimed.serverTime));
+      } catch (err) {
+        if (err instanceof MalformedTaskError) {
+          await this.refuse(err);
+          continue;
+        }
+        if (!isRetryable(err)) {
+          // A refused token, unknown labels, a wrong URL: polling on changes nothing.
+          log('error', 'the control plane refused the claim; the runner stops', { err });
+          this.fatal = err;
+          this.stopping = true;
+          break;
+        }
+        if (failing++ === 0) log('warn', 'claim failed; retrying with backoff', { err });
+        await pause(backoff.next(), this.idle.signal);
+      }
+    }
+    while (this.active.size > 0) await Promise.race([...this.active].map((r) => r.done));
+    clearTimeout(this.graceTimer);
+    log('info', 'runner stopped');
+    if (this.fatal) throw this.fatal;
+  }
+
+  private start(run: TaskRun): void {
+    this.active.add(run);
+    run.done = run.run().finally(() => {
+      this.active.delete(run);
+      this.slotFreed?.();
+    });
+    // Claimed after the grace period ran out (the claim was on its way).
+    if (this.givingBack) run.stop('shutdown');
+  }
+
+  /** A task this runner cannot read: fail it, so it does not wait for its lease to expire. */
+  private async refuse(err: MalformedTaskError): Promise<void> {
+    this.parts.log('error', 'claimed a task that cannot be read', { err, task_id: err.taskId });
+    if (!err.taskId || !err.leaseId) return;
+    await this.parts.client
+      .complete(
+        err.taskId,
+        { lease_id: err.leaseId, outcome: 'failed', transient: false, error: err.message },
+        { retryForMs: this.options.completeRetryMs ?? 60_000 },
+      )
+      .catch((e) => this.parts.log('error', 'could not fail the unreadable task', { err: e }));
+  }
+
+  private taskContext() {
+    const o = this.options;
+    return {
+      client: this.parts.client,
+      executor: this.parts.executor,
+      workdir: this.parts.workdir,
+      hostEnv: this.parts.hostEnv,
+      killGraceMs: o.killGraceMs ?? 5_000,
+      logFlushMs: o.logFlushMs ?? 1_000,
+      logChunkBytes: o.logChunkBytes ?? 64 * 1024,
+      httpTimeoutMs: o.httpTimeoutMs ?? 30_000,
+      completeRetryMs: o.completeRetryMs ?? 60_000,
+      log: this.parts.log,
+      emit: (event: RunnerEvent) => {
+        try {
+          o.onEvent?.(event);
+        } catch (err) {
+          this.parts.log('warn', 'onEvent threw', { err });
+        }
+      },
+    };
+  }
+}

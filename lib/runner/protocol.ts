@@ -1,0 +1,56 @@
+// What the control plane answers on the runner routes, read leniently: the
+// control plane owns these shapes and may add fields.
+import { z } from 'zod';
+
+const StringMapSchema = z.record(z.string(), z.string());
+
+/** One attempt of a task, as `POST /v1/runner/claim` hands it out. */
+export const TaskSchema = z.object({
+  id: z.string().min(1),
+  job_id: z.string().min(1),
+  name: z.string(),
+  lease_id: z.string().min(1),
+  attempt: z.number().int(),
+  max_attempts: z.number().int(),
+  lease_expires_at: z.string(),
+  image: z.string().nullable().default(null),
+  script: z.array(z.string()),
+  env: StringMapSchema.default({}),
+  secrets: StringMapSchema.default({}),
+  matrix: StringMapSchema.default({}),
+  needs_outputs: z.record(z.string(), StringMapSchema).default({}),
+  timeout_s: z.number().positive(),
+  repo: z.object({
+    url: z.string(),
+    sha: z.string(),
+    ref: z.string(),
+    token: z.string().optional(),
+  }),
+});
+export type Task = z.infer<typeof TaskSchema>;
+
+export const ClaimAnswerSchema = z.object({ task: z.unknown() });
+
+export const HeartbeatAnswerSchema = z.object({
+  lease_expires_at: z.string(),
+  cancel: z.boolean(),
+});
+
+export const LogAnswerSchema = z.object({ size: z.number().int().min(0) });
+
+export const CompleteAnswerSchema = z.object({
+  state: z.string(),
+  job_state: z.string().nullable(),
+});
+
+export type Outcome = 'success' | 'failed' | 'cancelled';
+
+/** The body of `POST /v1/runner/tasks/{id}/complete`. */
+export interface Completion {
+  lease_id: string;
+  outcome: Outcome;
+  exit_code?: number | null;
+  outputs?: Record<string, string>;
+  transient?: boolean;
+  error?: string | null;
+}

@@ -1,0 +1,376 @@
+// One claimed attempt of a task, from its workspace to its reported outcome:
+// fetch the commit, run the script, stream the log, heartbeat the lease, stop
+// on cancel, timeout, shutdown or a lost lease, then complete.
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import { Backoff } from './backoff.ts';
+import { HttpStatusError, type RunnerClient } from './client.ts';
+import { formatSeconds } from './duration.ts';
+import type { Logger, RunnerEvent, TaskRef } from './events.ts';
+import type { Execution, Executor } from './executor.ts';
+import { CheckoutError, checkout, redactUrl } from './git.ts';
+import { LogStream, maskList, maskText } from './logstream.ts';
+import { OutputsError, parseOutputs } from './outputs.ts';
+import type { Exit } from './process.ts';
+import type { Completion, Outcome, Task } from './protocol.ts';
+
+/** What a task run needs from the runner that claimed it. */
+export interface TaskRunContext {
+  client: RunnerClient;
+  executor: Executor;
+  workdir: string;
+  /** The sanitised host environment (see hostEnvironment). */
+  hostEnv: Record<string, string>;
+  /** Between SIGTERM and SIGKILL when a script is stopped. */
+  killGraceMs: number;
+  logFlushMs: number;
+  logChunkBytes: number;
+  httpTimeoutMs: number;
+  /** How long a completion is retried while the control plane does not answer. */
+  completeRetryMs: number;
+  emit: (event: RunnerEvent) => void;
+  log: Logger;
+}
+
+/** Why a task was stopped before its script ended on its own. */
+export type StopReason = 'cancel' | 'timeout' | 'shutdown' | 'connection-lost' | 'lease-lost';
+
+interface Result {
+  outcome: Outcome;
+  exitCode: number | null;
+  transient: boolean;
+  error: string | null;
+  outputs?: Record<string, string>;
+}
+
+const NOTES: Record<Exclude<StopReason, 'lease-lost'>, string> = {
+  cancel: 'the job was cancelled: stopping the script',
+  timeout: 'the task reached its timeout: stopping the script',
+  shutdown: 'the runner is shutting down: stopping the script and giving the task back',
+  'connection-lost': 'the control plane has not answered for a whole lease: stopping the script',
+};
+
+/** How long the final log upload may take before the completion is sent anyway. */
+const FINAL_FLUSH_MS = 30_000;
+
+/** One attempt of a task on this runner. */
+export class TaskRun {
+  /** Settles when `run()` has finished; set by whoever starts it. */
+  done: Promise<void> = Promise.resolve();
+  private stopReason: StopReason | undefined;
+  private scriptEnded = false;
+  private finished = false;
+  private execution: Execution | undefined;
+  private readonly abort = new AbortController();
+  private readonly logs: LogStream;
+  private readonly masks: string[];
+  private readonly startedAt = Date.now();
+  private leaseExpires = 0;
+  private heartbeatTimer: NodeJS.Timeout | undefined;
+  private timeoutTimer: NodeJS.Timeout | undefined;
+  private conflicts = 0;
+  private readonly heartbeatBackoff = new Backoff(250, 5_000);
+  private readonly ref: TaskRef;
+
+  constructor(
+    readonly task: Task,
+    private readonly ctx: TaskRunContext,
+    claimServerTime: number | undefined,
+  ) {
+    this.ref = { task_id: task.id, job_id: task.job_id, name: task.name, attempt: task.attempt };
+    this.masks = maskList([
+      ...Object.values(task.secrets),
+      ...(task.repo.token ? [task.repo.token] : []),
+    ]);
+    this.logs = new LogStream(
+      (offset, data, signal) =>
+        ctx.client.appendLog(task.id, task.lease_id, offset, data, { signal }),
+      {
+        flushMs: ctx.logFlushMs,
+        chunkBytes: ctx.logChunkBytes,
+        masks: this.masks,
+        onSent: (offset, data) => ctx.emit({ type: 'log-chunk', ...this.ref, offset, data }),
+        onStopped: (reason) => ctx.log('warn', reason, { task_id: task.id }),
+      },
+    );
+    this.noteLease(Date.parse(task.lease_expires_at), claimServerTime);
+  }
+
+  /** Stops the task for `reason`; the first reason wins. */
+  stop(reason: StopReason): void {
+    if (this.finished || this.stopReason) return;
+    // Once the script is over, only a lost lease changes anything: the rest
+    // of the work is reporting what already happened.
+    if (this.scriptEnded && reason !== 'lease-lost') return;
+    this.stopReason = reason;
+    this.abort.abort();
+    if (reason === 'lease-lost') this.logs.cancel('the lease was lost');
+    else if (!this.scriptEnded) this.note(NOTES[reason]);
+    this.execution?.stop(this.ctx.killGraceMs);
+  }
+
+  /** Runs the attempt to its end; never rejects. */
+  async run(): Promise<void> {
+    const { task, ctx } = this;
+    ctx.log('info', 'task started', {
+      ...this.ref,
+      max_attempts: task.max_attempts,
+      lease_id: task.lease_id,
+    });
+    ctx.emit({ type: 'task-started', ...this.ref, max_attempts: task.max_attempts });
+    this.scheduleHeartbeat(this.heartbeatInterval());
+    const timeoutMs = task.timeout_s * 1000 - (Date.now() - this.startedAt);
+    this.timeoutTimer = setTimeout(() => this.stop('timeout'), Math.max(0, timeoutMs));
+
+    let taskDir: string | undefined;
+    let result: Result;
+    try {
+      taskDir = await mkdtemp(join(ctx.workdir, `${task.id.slice(0, 8)}-${task.attempt}-`));
+      result = await this.execute(taskDir);
+    } catch (err) {
+      result = {
+        outcome: 'failed',
+        exitCode: null,
+        transient: true,
+        error: `the runner failed to run the task: ${err instanceof Error ? err.message : err}`,
+      };
+      if (this.stopReason) result = this.stoppedResult(this.stopReason, null) ?? result;
+    }
+    clearTimeout(this.timeoutTimer);
+
+    await this.logs.close(FINAL_FLUSH_MS);
+    let answer: { state: string; job_state: string | null } | undefined;
+    if (this.stopReason !== 'lease-lost') answer = await this.report(result);
+    this.finished = true;
+    clearTimeout(this.heartbeatTimer);
+    if (taskDir) {
+      await rm(taskDir, { recursive: true, force: true }).catch((err) =>
+        ctx.log('warn', 'could not remove the workspace', { task_id: task.id, dir: taskDir, err }),
+      );
+    }
+
+    const outcome = answer ? result.outcome : 'lost';
+    const finished = {
+      ...this.ref,
+      outcome,
+      state: answer?.state ?? null,
+      job_state: answer?.job_state ?? null,
+      exit_code: result.exitCode,
+      transient: result.transient,
+      error: result.error,
+      duration_ms: Date.now() - this.startedAt,
+    } as const;
+    ctx.log(outcome === 'success' ? 'info' : 'warn', 'task finished', finished);
+    ctx.emit({ type: 'task-finished', ...finished });
+  }
+
+  private async execute(taskDir: string): Promise<Result> {
+    const { task, ctx } = this;
+    const workspace = join(taskDir, 'workspace');
+    const metaDir = join(taskDir, 'conductor');
+    try {
+      await mkdir(workspace);
+      await mkdir(metaDir);
+    } catch (err) {
+      return this.infrastructure(`could not make the workspace: ${(err as Error).message}`);
+    }
+    if (task.image && ctx.executor.kind === 'shell') {
+      this.note(`the shell executor ignores the image "${task.image}": the script runs on this host`);
+    }
+    if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+
+    try {
+      await checkout(task.repo, workspace, { env: ctx.hostEnv, signal: this.abort.signal });
+    } catch (err) {
+      if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+      if (err instanceof CheckoutError && err.output) this.logs.write(err.output);
+      return this.infrastructure((err as Error).message);
+    }
+    this.note(`checked out ${task.repo.sha} (${task.repo.ref}) from ${redactUrl(task.repo.url)}`);
+    if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+
+    let execution: Execution;
+    try {
+      execution = await ctx.executor.start({
+        task,
+        workspace,
+        metaDir,
+        hostEnv: ctx.hostEnv,
+        onOutput: (text) => this.logs.write(text),
+        onPaused: (resume) => void this.logs.whenDrained().then(resume),
+      });
+    } catch (err) {
+      return this.infrastructure(`could not start the script: ${(err as Error).message}`);
+    }
+    this.execution = execution;
+    // A stop that came while the script was starting.
+    if (this.stopReason) execution.stop(ctx.killGraceMs);
+    const exit = await execution.exited;
+    this.scriptEnded = true;
+    if (this.stopReason) return this.stoppedResult(this.stopReason, exit)!;
+
+    if (exit.code === 0) {
+      try {
+        const outputs = parseOutputs(await readFile(execution.outputFile, 'utf8'));
+        return { outcome: 'success', exitCode: 0, transient: false, error: null, outputs };
+      } catch (err) {
+        const message =
+          err instanceof OutputsError ? err.message : `could not read $CONDUCTOR_OUTPUT: ${err}`;
+        this.note(message);
+        return { outcome: 'failed', exitCode: 0, transient: false, error: message };
+      }
+    }
+    if (execution.infrastructureFailure(exit)) {
+      return {
+        ...this.infrastructure(`the executor failed (exit code ${exit.code})`),
+        exitCode: exit.code,
+      };
+    }
+    return {
+      outcome: 'failed',
+      exitCode: exit.code,
+      transient: false,
+      error: await this.scriptError(exit, execution.lineFile),
+    };
+  }
+
+  /** Says which line failed and how, from the line number the script recorded. */
+  private async scriptError(exit: Exit, lineFile: string): Promise<string> {
+    const how =
+      exit.code === null ? `was killed by ${exit.signal ?? 'a signal'}` : `exited with ${exit.code}`;
+    const recorded = Number.parseInt(await readFile(lineFile, 'utf8').catch(() => ''), 10);
+    const line = this.task.script[recorded - 1];
+    if (line === undefined) return `the script ${how}`;
+    const first = line.split('\n')[0]!;
+    const shown = first.length > 200 ? `${first.slice(0, 200)}…` : first;
+    return maskText(`line ${recorded} of the script ${how}: ${shown}`, this.masks);
+  }
+
+  private infrastructure(error: string): Result {
+    this.note(error);
+    return { outcome: 'failed', exitCode: null, transient: true, error };
+  }
+
+  private stoppedResult(reason: StopReason, exit: Exit | null): Result | undefined {
+    const exitCode = exit?.code ?? null;
+    switch (reason) {
+      case 'cancel':
+        return { outcome: 'cancelled', exitCode, transient: false, error: 'cancelled' };
+      case 'timeout':
+        return {
+          outcome: 'failed',
+          exitCode,
+          transient: false,
+          error: `timed out after ${formatSeconds(this.task.timeout_s)}`,
+        };
+      case 'shutdown':
+        return {
+          outcome: 'failed',
+          exitCode,
+          transient: true,
+          error: 'the runner shut down before the task finished; given back',
+        };
+      case 'connection-lost':
+        return {
+          outcome: 'failed',
+          exitCode,
+          transient: true,
+          error: 'the runner lost its connection to the control plane',
+        };
+      case 'lease-lost':
+        return { outcome: 'failed', exitCode, transient: true, error: 'the lease was lost' };
+    }
+  }
+
+  /** Completes the attempt; answers the control plane's answer, or undefined if it never came. */
+  private async report(result: Result): Promise<{ state: string; job_state: string | null } | undefined> {
+    const { task, ctx } = this;
+    let body: Completion = {
+      lease_id: task.lease_id,
+      outcome: result.outcome,
+      transient: result.transient,
+      ...(result.exitCode === null ? {} : { exit_code: result.exitCode }),
+      ...(result.error === null ? {} : { error: result.error.slice(0, 10_000) }),
+      ...(result.outputs && Object.keys(result.outputs).length ? { outputs: result.outputs } : {}),
+    };
+    let conflicts = 0;
+    for (;;) {
+      try {
+        return await ctx.client.complete(task.id, body, { retryForMs: ctx.completeRetryMs });
+      } catch (err) {
+        // A 409 also answers a transaction that kept losing races: ask once more
+        // before taking it for a lost lease.
+        if (err instanceof HttpStatusError && err.status === 409 && ++conflicts < 2) continue;
+        if (err instanceof HttpStatusError && [400, 413].includes(err.status) && body.outputs) {
+          const error = `the control plane refused the outputs: ${err.message}`;
+          result.outcome = 'failed';
+          result.error = error;
+          body = { lease_id: task.lease_id, outcome: 'failed', transient: false, error };
+          continue;
+        }
+        ctx.log('error', 'could not report the outcome of a task', { ...this.ref, err });
+        return undefined;
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ lease
+
+  /** Remembers when the lease ends, judged by the server's clock where it sent one. */
+  private noteLease(expiresAt: number, serverTime: number | undefined): void {
+    const now = Date.now();
+    // The Date header has whole seconds, so the server's clock may be up to a
+    // second past it: count the lease a second short.
+    const remaining =
+      serverTime === undefined ? expiresAt - now : expiresAt - serverTime - 1_000;
+    this.leaseExpires = now + (Number.isNaN(remaining) ? 0 : remaining);
+  }
+
+  /** A third of what is left of the lease. */
+  private heartbeatInterval(): number {
+    return Math.max(100, (this.leaseExpires - Date.now()) / 3);
+  }
+
+  private scheduleHeartbeat(ms: number): void {
+    if (this.finished) return;
+    this.heartbeatTimer = setTimeout(() => void this.heartbeat(), ms);
+  }
+
+  private async heartbeat(): Promise<void> {
+    const { task, ctx } = this;
+    let next: number;
+    try {
+      const answer = await ctx.client.heartbeat(task.id, task.lease_id, {
+        timeoutMs: Math.min(ctx.httpTimeoutMs, Math.max(1_000, this.leaseExpires - Date.now())),
+      });
+      if (this.finished) return;
+      this.noteLease(answer.leaseExpiresAt, answer.serverTime);
+      this.conflicts = 0;
+      this.heartbeatBackoff.reset();
+      if (answer.cancel) this.stop('cancel');
+      next = this.heartbeatInterval();
+    } catch (err) {
+      if (this.finished) return;
+      if (err instanceof HttpStatusError && !err.retryable) {
+        // A 409 also answers a transaction that kept losing races: confirm it
+        // at once before stopping a script that may be fine.
+        if (err.status === 409 && ++this.conflicts < 2) {
+          next = 0;
+        } else {
+          ctx.log('warn', 'the lease of a task was lost', { ...this.ref, err });
+          this.stop('lease-lost');
+          return;
+        }
+      } else {
+        if (Date.now() >= this.leaseExpires) this.stop('connection-lost');
+        next = Math.min(this.heartbeatBackoff.next(), this.heartbeatInterval());
+      }
+    }
+    this.scheduleHeartbeat(next);
+  }
+
+  /** A line of the runner's own in the task's log. */
+  private note(text: string): void {
+    this.logs.write(`[conductor] ${text}\n`);
+  }
+}

@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { startFakeForge } from '../helpers/fake-forge.ts';
+import { testStack } from '../helpers/stack.ts';
+import { fullFlow } from './flow.ts';
+import {
+  claimTask,
+  createProject,
+  createWorker,
+  getJob,
+  giteaPullRequest,
+  giteaPush,
+  heartbeat,
+  pipeline,
+  sendWebhook,
+  sha,
+  waitForJob,
+} from './support.ts';
+
+const fake = await startFakeForge();
+const stack = await testStack(import.meta.filename);
+
+test('a signed Gitea push runs from webhook to a successful job, with logs, secrets and outputs', async () => {
+  await fullFlow(stack, fake, 'gitea');
+});
+
+test('a Gitea project without a forge token reads the raw file without Authorization and hands out no clone token', async () => {
+  const repo = 'harbor/buoys';
+  const { secret } = await createProject(stack, {
+    id: 'gitea-public',
+    name: 'buoys',
+    forge: 'gitea',
+    repo,
+    repo_url: `https://gitea.example/${repo}.git`,
+    forge_url: `${fake.url}/`,
+  });
+  const { token } = await createWorker(stack, ['gitea-public']);
+  const commit = sha('gitea-public');
+  fake.setFile(repo, commit, pipeline('gitea-public', '  buoys:\n    script: [go test ./...]\n'));
+
+  const hook = await sendWebhook(stack, 'gitea', 'push', giteaPush(repo, commit), { secret });
+  assert.equal(hook.status, 202, hook.text);
+  const view = await waitForJob(stack, hook.body.job_id);
+  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
+
+  const [request] = fake.requestsFor(commit);
+  assert.ok(request);
+  assert.equal(
+    request.path,
+    `/api/v1/repos/${repo}/raw/.conductor.yml`,
+    'one slash after the base',
+  );
+  assert.equal(request.headers.authorization, undefined);
+
+  const task = await claimTask(stack, token);
+  assert.deepEqual(task.repo, {
+    url: `https://gitea.example/${repo}.git`,
+    sha: commit,
+    ref: 'refs/heads/main',
+  });
+});
+
+test('a Gitea pull request update (action synchronized) builds the head commit at refs/pull/N/head', async () => {
+  const repo = 'harbor/charts';
+  const { secret } = await createProject(stack, {
+    id: 'gitea-pr',
+    name: 'charts',
+    forge: 'gitea',
+    repo,
+    repo_url: `https://gitea.example/${repo}.git`,
+    forge_url: fake.url,
+  });
+  const head = sha('gitea-pr-head');
+  fake.setFile(repo, head, pipeline('gitea-pr', '  charts:\n    script: [make]\n'));
+  const hook = await sendWebhook(
+    stack,
+    'gitea',
+    'pull_request',
+    giteaPullRequest(repo, { number: 12, action: 'synchronized', headSha: head }),
+    { secret },
+  );
+  assert.equal(hook.status, 202, hook.text);
+  const view = await waitForJob(stack, hook.body.job_id);
+  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
+  assert.equal(view.job.trigger, 'pull_request');
+  assert.equal(view.job.ref, 'refs/pull/12/head');
+  assert.equal(view.job.sha, head);
+  assert.equal(view.job.trusted, true);
+  const { token } = await createWorker(stack, ['gitea-pr']);
+  const task = await claimTask(stack, token);
+  assert.equal(task.repo.ref, 'refs/pull/12/head');
+
+  // Closing the pull request cancels its job; the runner hears it on its next heartbeat.
+  const closed = await sendWebhook(
+    stack,
+    'gitea',
+    'pull_request',
+    giteaPullRequest(repo, { number: 12, action: 'closed', headSha: head }),
+    { secret },
+  );
+  assert.equal(closed.status, 200, closed.text);
+  assert.equal(typeof closed.body.ignored, 'string');
+  assert.equal((await getJob(stack, hook.body.job_id)).job.state, 'cancelled');
+  const beat = await heartbeat(stack, token, task.id, task.lease_id);
+  assert.equal(beat.body.cancel, true);
+});
