@@ -106,15 +106,23 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     await chmod(passwordFile, 0o600);
   }
 
+  const log = opts.log ?? (() => {});
   if (process.getuid?.() === 0) {
     // As root the server runs as the `postgres` user, which must be able to
-    // traverse into the data directory's parent (mkdtemp makes it 0700).
+    // traverse every directory above the data directory (mkdtemp makes 0700
+    // ones, and so is /root). Add the traverse bit for others where it is
+    // missing: it lets nobody list those directories, only pass through.
     await mkdir(dirname(dataDir), { recursive: true });
-    const mode = (await stat(dirname(dataDir))).mode;
-    if ((mode & 0o001) === 0) await chmod(dirname(dataDir), (mode & 0o777) | 0o711);
+    for (let dir = dirname(dataDir); ; dir = dirname(dir)) {
+      const mode = (await stat(dir)).mode;
+      if ((mode & 0o001) === 0) {
+        await chmod(dir, (mode & 0o7777) | 0o001);
+        log(`made ${dir} traversable for the postgres user`);
+      }
+      if (dirname(dir) === dir) break;
+    }
   }
 
-  const log = opts.log ?? (() => {});
   const flags = [
     '-c',
     `max_connections=${opts.maxConnections ?? 400}`,

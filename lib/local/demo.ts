@@ -1,0 +1,219 @@
+// `npm run demo`: the whole system in one command. A local stack on a fresh
+// embedded PostgreSQL, a temporary git repository with a sample pipeline, a
+// project and two workers, a signed GitHub-style push, two runners, a live line
+// for each task state change, and a table at the end.
+import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { signBody } from '../forge/webhook.ts';
+import { setQuiet } from '../log.ts';
+import { type Runner, startRunner } from '../runner/index.ts';
+import { startLocalStack } from './stack.ts';
+
+export const DEMO_PIPELINE = `version: 1
+name: demo
+
+tasks:
+  build:
+    script:
+      - echo "building $CONDUCTOR_SHA"
+      - echo "version=1.0.$CONDUCTOR_ATTEMPT" >> "$CONDUCTOR_OUTPUT"
+    outputs: [version]
+
+  test:
+    needs: [build]
+    matrix:
+      node: [20, 22]
+    script:
+      - echo "testing version $CONDUCTOR_NEEDS_BUILD_VERSION on node $CONDUCTOR_MATRIX_NODE"
+      - sleep 1
+
+  lint:
+    allow_failure: true
+    script:
+      - echo "lint found a problem (this task may fail)"
+      - exit 3
+
+  package:
+    needs: [build, test, lint]
+    secrets: [DEPLOY_TOKEN]
+    script:
+      - echo "packaging $CONDUCTOR_NEEDS_BUILD_VERSION with token $DEPLOY_TOKEN"
+`;
+
+const SECRET_VALUE = 'demo-deploy-token-1234';
+
+export interface DemoResult {
+  jobState: string;
+  tasks: { name: string; state: string; attempt: number; duration_s: number | null }[];
+  packageLog: string;
+}
+
+/** Runs the demo, printing as it goes; answers what happened. */
+export async function runDemo(
+  out: (line: string) => void,
+  opts: { timeoutMs?: number } = {},
+): Promise<DemoResult> {
+  const started = Date.now();
+  const deadline = started + (opts.timeoutMs ?? 120_000);
+  const scratch = await mkdtemp(join(tmpdir(), 'conductor-demo-'));
+  setQuiet(true);
+  const runners: Runner[] = [];
+  let stack: Awaited<ReturnType<typeof startLocalStack>> | undefined;
+  try {
+    // A repository with the sample pipeline, as a developer's checkout.
+    const repo = join(scratch, 'repo');
+    const git = (...args: string[]) =>
+      execFileSync(
+        'git',
+        ['-c', 'user.name=demo', '-c', 'user.email=demo@example.invalid', ...args],
+        {
+          cwd: repo,
+        },
+      )
+        .toString()
+        .trim();
+    execFileSync('git', ['init', '-q', '-b', 'main', repo]);
+    await writeFile(join(repo, '.conductor.yml'), DEMO_PIPELINE);
+    await writeFile(join(repo, 'README.md'), '# demo\n');
+    git('add', '.');
+    git('commit', '-q', '-m', 'a pipeline');
+    const sha = git('rev-parse', 'HEAD');
+    out(`repository   ${repo} at ${sha.slice(0, 12)}`);
+
+    stack = await startLocalStack(
+      { ...process.env, DATABASE_URL: '', PORT: '0', CONDUCTOR_DATA_DIR: join(scratch, 'data') },
+      { sweep: true },
+    );
+    out(`control plane ${stack.url} (${stack.database})`);
+    const { url, adminToken } = stack;
+    const api = async (method: string, path: string, body?: unknown) => {
+      const res = await fetch(`${url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await res.text();
+      if (!res.ok) throw new Error(`${method} ${path}: HTTP ${res.status} ${text}`);
+      return text ? JSON.parse(text) : null;
+    };
+
+    const project = await api('POST', '/v1/projects', {
+      id: 'demo',
+      name: 'Demo',
+      forge: 'github',
+      repo: 'example/demo',
+      repo_url: repo,
+    });
+    await api('PUT', '/v1/projects/demo/secrets/DEPLOY_TOKEN', { value: SECRET_VALUE });
+    const workers = [
+      await api('POST', '/v1/workers', { name: 'runner-1', labels: [] }),
+      await api('POST', '/v1/workers', { name: 'runner-2', labels: [] }),
+    ];
+    out('project      demo, with secret DEPLOY_TOKEN and two workers');
+
+    const payload = Buffer.from(
+      JSON.stringify({
+        ref: 'refs/heads/main',
+        before: '0'.repeat(40),
+        after: sha,
+        deleted: false,
+        repository: { full_name: 'example/demo', clone_url: repo },
+        head_commit: { id: sha, message: 'a pipeline' },
+        pusher: { name: 'demo' },
+      }),
+    );
+    const hook = await fetch(`${url}/v1/webhooks/github`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'x-github-event': 'push',
+        'x-github-delivery': randomUUID(),
+        'x-hub-signature-256': signBody('github', payload, project.webhook_secret),
+      },
+      body: payload,
+    });
+    const accepted = (await hook.json()) as { job_id: string; number: number };
+    if (hook.status !== 202)
+      throw new Error(`the webhook was answered ${hook.status}: ${JSON.stringify(accepted)}`);
+    out(`webhook      push to main answered 202: job #${accepted.number}`);
+    out('');
+
+    for (const [i, worker] of workers.entries()) {
+      runners.push(
+        await startRunner({
+          url,
+          token: worker.token,
+          concurrency: 2,
+          workdir: join(scratch, `runner-${i + 1}`),
+          pollMinMs: 100,
+          pollMaxMs: 500,
+          log: () => {},
+        }),
+      );
+    }
+
+    // Live lines: every change of a task's state, as the API shows it.
+    const seen = new Map<string, string>();
+    // biome-ignore lint/suspicious/noExplicitAny: the API's JSON, read for display
+    let view: { job: { state: string; error: string | null }; tasks: any[] } | undefined;
+    while (Date.now() < deadline) {
+      view = await api('GET', `/v1/jobs/${accepted.job_id}`);
+      for (const task of view!.tasks) {
+        const key = `${task.state}/${task.attempt}`;
+        if (seen.get(task.name) !== key) {
+          seen.set(task.name, key);
+          const at = ((Date.now() - started) / 1000).toFixed(1).padStart(5);
+          const detail = task.error
+            ? `  (${task.error})`
+            : task.state === 'running'
+              ? `  (attempt ${task.attempt})`
+              : '';
+          out(`${at}s  ${task.name.padEnd(22)} ${task.state}${detail}`);
+        }
+      }
+      if (['success', 'failed', 'cancelled'].includes(view!.job.state)) break;
+      await new Promise((r) => setTimeout(r, 150));
+    }
+    if (!view) throw new Error('the job was never shown');
+
+    const tasks = view.tasks.map((t) => ({
+      name: t.name as string,
+      state: t.state as string,
+      attempt: t.attempt as number,
+      duration_s:
+        t.started_at && t.finished_at
+          ? (new Date(t.finished_at).getTime() - new Date(t.started_at).getTime()) / 1000
+          : null,
+    }));
+    out('');
+    out(`${'task'.padEnd(22)} ${'state'.padEnd(9)} attempt  duration`);
+    for (const t of tasks) {
+      out(
+        `${t.name.padEnd(22)} ${t.state.padEnd(9)} ${String(t.attempt).padStart(7)}  ${t.duration_s === null ? '-' : `${t.duration_s.toFixed(1)}s`}`,
+      );
+    }
+    const pkg = view.tasks.find((t) => t.name === 'package');
+    const packageLog = pkg
+      ? await (
+          await fetch(`${url}/v1/tasks/${pkg.id}/log`, {
+            headers: { authorization: `Bearer ${adminToken}` },
+          })
+        ).text()
+      : '';
+    out('');
+    out('the package task logged (its secret masked):');
+    for (const line of packageLog.trimEnd().split('\n')) out(`  | ${line}`);
+    out('');
+    out(
+      `job #${accepted.number}: ${view.job.state}${view.job.state === 'pending' || view.job.state === 'running' ? ' (timed out waiting)' : ''}`,
+    );
+    return { jobState: view.job.state, tasks, packageLog };
+  } finally {
+    await Promise.all(runners.map((r) => r.stop({ graceMs: 2_000 })));
+    await stack?.stop();
+    await rm(scratch, { recursive: true, force: true });
+  }
+}

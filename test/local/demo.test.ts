@@ -1,0 +1,27 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { runDemo } from '../../lib/local/demo.ts';
+
+test('npm run demo runs the sample pipeline to success on two runners and shows the table', async () => {
+  const lines: string[] = [];
+  const result = await runDemo((line) => lines.push(line), { timeoutMs: 90_000 });
+  const output = lines.join('\n');
+  assert.equal(result.jobState, 'success', output);
+  const states = Object.fromEntries(result.tasks.map((t) => [t.name, t.state]));
+  assert.deepEqual(states, {
+    build: 'success',
+    'test (node: 20)': 'success',
+    'test (node: 22)': 'success',
+    lint: 'failed',
+    package: 'success',
+  });
+  // The output passed downstream, and the secret masked in the stored log.
+  assert.match(result.packageLog, /packaging 1\.0\.1 with token \*\*\*/);
+  assert.doesNotMatch(output, /demo-deploy-token-1234/);
+  assert.match(output, /^task\s+state\s+attempt\s+duration$/m);
+  assert.match(output, /^lint\s+failed\s+1\s+\d+\.\ds$/m);
+  assert.match(output, /^job #1: success$/m);
+  // A live line for each state change, e.g. the build starting and finishing.
+  assert.match(output, /build\s+running/);
+  assert.match(output, /build\s+success/);
+});
