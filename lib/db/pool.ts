@@ -32,7 +32,8 @@ export function createPool(config: PoolConfig, onIdleError?: (err: Error) => voi
     connectionString: config.url,
     max: config.max ?? 10,
     idleTimeoutMillis: config.idleTimeoutMs ?? 30_000,
-    connectionTimeoutMillis: config.connectTimeoutMs ?? 10_000,
+    // Long enough for Aurora Serverless to resume from a pause (about 15 s).
+    connectionTimeoutMillis: config.connectTimeoutMs ?? 20_000,
     application_name: config.applicationName ?? 'conductor',
     types,
   });

@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MAX_PIPELINE_BYTES, PIPELINE_FILE } from '../pipeline/index.ts';
+import { MAX_PIPELINE_BYTES, PIPELINE_FILE } from '../pipeline/limits.ts';
 import type { ForgeKind } from './webhook.ts';
 
 // Reads the pipeline file of one commit: from GitHub's contents API, Gitea's raw file API, or

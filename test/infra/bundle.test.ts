@@ -1,0 +1,133 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { loadMigrations } from '../../lib/db/index.ts';
+import {
+  type BundledFunction,
+  bundleFunctions,
+  byPackage,
+  MIGRATIONS_HASH_FILE,
+  SIZE_BUDGET,
+} from '../../scripts/bundle.ts';
+
+const KB = 1024;
+const APP = fileURLToPath(new URL('../../infra/app.ts', import.meta.url));
+
+// Bundled once for the whole file: the size checks, the loading checks and
+// the synthesis below all use these.
+const outdir = mkdtempSync(join(tmpdir(), 'conductor-dist-'));
+after(() => rmSync(outdir, { recursive: true, force: true }));
+const bundles = await bundleFunctions({ outdir });
+const bundleOf = (name: BundledFunction) => bundles.find((b) => b.name === name)!;
+
+test('every function fits its size budget', (t) => {
+  for (const b of bundles) {
+    const top = byPackage(b.inputs)
+      .slice(0, 4)
+      .map((p) => `${p.name} ${Math.round(p.bytes / KB)} KB`)
+      .join(', ');
+    t.diagnostic(`${b.name}: ${Math.round(b.bytes / KB)} KB (${top})`);
+    assert.ok(
+      b.bytes <= SIZE_BUDGET[b.name],
+      `${b.name} is ${Math.round(b.bytes / KB)} KB, over its ${SIZE_BUDGET[b.name] / KB} KB: ${top}`,
+    );
+  }
+});
+
+test('only webhook, api and sweep carry the Lambda client', () => {
+  for (const b of bundles) {
+    const carries = b.inputs.some((i) => i.path.includes('@aws-sdk/client-lambda'));
+    assert.equal(carries, ['webhook', 'api', 'sweep'].includes(b.name), b.name);
+  }
+});
+
+test('zod ships with English messages only', () => {
+  for (const b of bundles) {
+    // The locale index itself is there, replaced by an English-only stand-in.
+    const locales = b.inputs.filter((i) => /zod\/v4\/locales\/(?!en\.js|index\.js)/.test(i.path));
+    assert.deepEqual(locales, [], b.name);
+  }
+});
+
+test('each bundle is one ESM file with its source map, exporting the handler', async () => {
+  for (const b of bundles) {
+    const file = join(b.dir, 'index.mjs');
+    assert.ok(existsSync(`${file}.map`), `${b.name} has no source map`);
+    assert.match(readFileSync(file, 'utf8'), /sourceMappingURL=index\.mjs\.map/);
+    const mod = (await import(pathToFileURL(file).href)) as { handler?: unknown };
+    assert.equal(typeof mod.handler, 'function', b.name);
+  }
+});
+
+test('the migrate bundle carries the migrations and needs no loose .sql file', async () => {
+  const dir = bundleOf('migrate').dir;
+  const mod = (await import(pathToFileURL(join(dir, 'index.mjs')).href)) as {
+    carriedMigrations: () => unknown;
+    migrationsHash: (m: unknown) => string;
+  };
+  assert.deepEqual(mod.carriedMigrations(), loadMigrations());
+  const written = readFileSync(join(dir, MIGRATIONS_HASH_FILE), 'utf8').trim();
+  assert.equal(mod.migrationsHash(mod.carriedMigrations()), written);
+});
+
+test('npm run synth works offline, without Docker or AWS credentials', async () => {
+  const cdkOut = mkdtempSync(join(tmpdir(), 'conductor-cdk-out-'));
+  const fakeBin = mkdtempSync(join(tmpdir(), 'conductor-no-docker-'));
+  after(() => {
+    rmSync(cdkOut, { recursive: true, force: true });
+    rmSync(fakeBin, { recursive: true, force: true });
+  });
+  // A `docker` first on the PATH that records being called.
+  const marker = join(fakeBin, 'docker-was-called');
+  writeFileSync(join(fakeBin, 'docker'), `#!/bin/sh\ntouch ${marker}\nexit 1\n`);
+  chmodSync(join(fakeBin, 'docker'), 0o755);
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !k.startsWith('AWS_') && !k.startsWith('CDK_')),
+  );
+  const result = await new Promise<{ code: number | null; stderr: string }>((done) => {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', APP, '--no-bundle', '--bundle-dir', outdir],
+      {
+        cwd: fileURLToPath(new URL('../..', import.meta.url)),
+        env: {
+          ...env,
+          PATH: `${fakeBin}:${process.env.PATH}`,
+          CDK_OUTDIR: cdkOut,
+          // Any attempt to reach AWS fails fast instead of finding credentials.
+          AWS_EC2_METADATA_DISABLED: 'true',
+          AWS_CONFIG_FILE: '/dev/null',
+          AWS_SHARED_CREDENTIALS_FILE: '/dev/null',
+        },
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
+    let stderr = '';
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
+    child.on('exit', (code) => done({ code, stderr }));
+  });
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(existsSync(marker), false, 'synthesis called docker');
+  const template = JSON.parse(readFileSync(join(cdkOut, 'Conductor.template.json'), 'utf8')) as {
+    Resources: Record<string, { Type: string }>;
+  };
+  const functions = Object.values(template.Resources).filter(
+    (r) => r.Type === 'AWS::Lambda::Function',
+  );
+  assert.equal(functions.length, bundles.length);
+  // Each function's asset is its bundle, source map included.
+  const assets = JSON.parse(readFileSync(join(cdkOut, 'Conductor.assets.json'), 'utf8')) as {
+    files: Record<string, { source: { path: string } }>;
+  };
+  const staged = Object.values(assets.files)
+    .map((f) => join(cdkOut, f.source.path))
+    .filter((p) => existsSync(join(p, 'index.mjs')));
+  assert.equal(staged.length, bundles.length);
+  for (const dir of staged) assert.ok(existsSync(join(dir, 'index.mjs.map')));
+});

@@ -1,0 +1,89 @@
+// Shared by the infra tests: stand-in bundles (the stack tests look at the
+// template, not at the code, so they need not wait for esbuild), synthesis,
+// and readers for the template's resources.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after } from 'node:test';
+import { App, type Stack } from 'aws-cdk-lib';
+import { Template } from 'aws-cdk-lib/assertions';
+import { ConductorStack, type ConductorStackProps } from '../../infra/stack.ts';
+import { FUNCTION_NAMES, MIGRATIONS_HASH_FILE } from '../../scripts/bundle.ts';
+
+/** A directory shaped like dist/functions, with a one-line handler per function. */
+export function stubBundles(marker = 'stub'): string {
+  const dir = mkdtempSync(join(tmpdir(), 'conductor-bundles-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  for (const name of FUNCTION_NAMES) {
+    mkdirSync(join(dir, name));
+    writeFileSync(
+      join(dir, name, 'index.mjs'),
+      `export const handler = async () => ${JSON.stringify(`${marker}:${name}`)};\n`,
+    );
+  }
+  writeFileSync(join(dir, 'migrate', MIGRATIONS_HASH_FILE), `${'0'.repeat(64)}\n`);
+  return dir;
+}
+
+export interface Synthesised {
+  stack: ConductorStack;
+  template: Template;
+  json: TemplateJson;
+}
+
+/** Synthesises a Conductor stack with these props and stand-in bundles. */
+export function synth(bundleDir: string, props: ConductorStackProps = {}): Synthesised {
+  const app = new App({ analyticsReporting: false });
+  const stack = new ConductorStack(app, 'Conductor', { bundleDir, ...props });
+  const template = Template.fromStack(stack);
+  return { stack, template, json: template.toJSON() as TemplateJson };
+}
+
+export interface Resource {
+  Type: string;
+  Properties: Record<string, unknown>;
+  DependsOn?: string[];
+}
+export interface TemplateJson {
+  Resources: Record<string, Resource>;
+}
+
+/** The resources of a type, as [logical id, resource] pairs. */
+export function resourcesOf(json: TemplateJson, type: string): [string, Resource][] {
+  return Object.entries(json.Resources).filter(([, r]) => r.Type === type);
+}
+
+/** The logical id of a construct's CloudFormation resource. */
+export function logicalId(stack: Stack, construct: { node: { defaultChild?: unknown } }): string {
+  return stack.getLogicalId(construct.node.defaultChild as never);
+}
+
+export interface Statement {
+  Effect: string;
+  Action: string | string[];
+  Resource: unknown;
+}
+
+/** Every statement of every inline policy, with the role logical ids it is attached to. */
+export function policyStatements(json: TemplateJson): { roles: string[]; statement: Statement }[] {
+  const out: { roles: string[]; statement: Statement }[] = [];
+  for (const [, policy] of resourcesOf(json, 'AWS::IAM::Policy')) {
+    const props = policy.Properties as {
+      PolicyDocument: { Statement: Statement[] };
+      Roles?: { Ref: string }[];
+    };
+    const roles = (props.Roles ?? []).map((r) => r.Ref);
+    for (const statement of props.PolicyDocument.Statement) out.push({ roles, statement });
+  }
+  for (const [id, role] of resourcesOf(json, 'AWS::IAM::Role')) {
+    const inline = (role.Properties.Policies ?? []) as {
+      PolicyDocument: { Statement: Statement[] };
+    }[];
+    for (const p of inline) {
+      for (const statement of p.PolicyDocument.Statement) out.push({ roles: [id], statement });
+    }
+  }
+  return out;
+}
+
+export const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [value]);
