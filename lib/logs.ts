@@ -2,7 +2,7 @@
 // counted, so a retried upload of a chunk is recognised and stored once.
 import { type Pool, type Queryable, transaction } from './db/index.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError } from './errors.ts';
-import { secretValues } from './projects.ts';
+import { forgeToken, getProjectRow, secretValues } from './projects.ts';
 import type { Keyring } from './secrets.ts';
 
 export const MAX_CHUNK_BYTES = 1024 * 1024;
@@ -93,8 +93,8 @@ export async function appendLog(
       );
     }
     let text = tail.toString('utf8');
-    if (task.trusted && task.secrets.length > 0) {
-      const values = Object.values(await secretValues(tx, keyring, task.project_id, task.secrets));
+    const values = await taskSecretValues(tx, keyring, input.taskId);
+    if (values.length > 0) {
       // A value can be cut in two by where the runner's buffer filled, its
       // start ending the previous chunk: mask the two together, and when that
       // masks across the boundary, keep the result in the previous chunk.
@@ -169,7 +169,11 @@ export async function readLog(
   };
 }
 
-/** The secret values a task's job may see (none for untrusted jobs), to mask what the runner reports. */
+/**
+ * The values to mask in what a task's runner reports: the secrets the task
+ * lists and the project's forge token (the clone token), for trusted jobs; an
+ * untrusted job is given neither, so has neither to leak.
+ */
 export async function taskSecretValues(
   db: Queryable,
   keyring: Keyring,
@@ -181,6 +185,9 @@ export async function taskSecretValues(
     [taskId],
   );
   const task = rows[0];
-  if (!task || !task.trusted || task.secrets.length === 0) return [];
-  return Object.values(await secretValues(db, keyring, task.project_id, task.secrets));
+  if (!task || !task.trusted) return [];
+  const values = Object.values(await secretValues(db, keyring, task.project_id, task.secrets));
+  const project = await getProjectRow(db, task.project_id);
+  const token = project ? forgeToken(keyring, project) : null;
+  return token ? [...values, token] : values;
 }

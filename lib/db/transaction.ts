@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ConflictError } from '../errors.ts';
+import { AppError } from '../errors.ts';
 import type { Pool } from './pool.ts';
 import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
 
@@ -31,14 +31,27 @@ export interface TransactionResult<T> {
   retries: number;
 }
 
-/** Raised when a transaction still hit 40001/40P01 after its last allowed retry. */
-export class TransactionConflictError extends ConflictError {
+/**
+ * Raised when a transaction still hit 40001/40P01 after its last allowed
+ * retry. It answers 500, not 409: on the runner routes a 409 means "your lease
+ * is gone, stop the task", and this only means "try again".
+ */
+export class TransactionConflictError extends AppError {
   readonly retries: number;
   readonly sqlState: string | undefined;
   constructor(retries: number, cause: unknown) {
-    super(`the transaction kept conflicting with concurrent ones (${retries} retries)`, { cause });
+    super(
+      500,
+      'internal',
+      `the database was too busy with conflicting changes (${retries} retries); try again`,
+      { cause },
+    );
     this.retries = retries;
     this.sqlState = sqlState(cause);
+  }
+  // The message says nothing about the data, and tells the client to retry.
+  override get expose(): boolean {
+    return true;
   }
 }
 

@@ -13,7 +13,7 @@ export type RunnerEvent =
   | ({ type: 'log-chunk'; offset: number; data: string } & TaskRef)
   | ({
       type: 'task-finished';
-      /** What the runner reported; `lost` when the lease was lost and nothing was reported. */
+      /** What the runner reported; `lost` when nothing could be reported (the lease was lost). */
       outcome: 'success' | 'failed' | 'cancelled' | 'lost';
       /** The task's state as the control plane answered it (null when not reported). */
       state: string | null;

@@ -14,7 +14,7 @@ import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from 
 import { TaskRun } from './task.ts';
 
 export { HttpStatusError, RunnerClient } from './client.ts';
-export type { LogLevel, Logger, RunnerEvent, TaskRef } from './events.ts';
+export type { Logger, LogLevel, RunnerEvent, TaskRef } from './events.ts';
 export { containerName, type DockerRun, dockerRunArgs, type ExecutorKind } from './executor.ts';
 export type { Task } from './protocol.ts';
 

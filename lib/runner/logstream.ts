@@ -47,6 +47,24 @@ export function maskText(text: string, masks: string[]): string {
 }
 
 /**
+ * How many characters at the end of `text` could be the start of one of
+ * `masks`: held back, a secret is never sent in two pieces that no mask
+ * would catch.
+ */
+export function unsafeSuffixLength(text: string, masks: string[]): number {
+  let longest = 0;
+  for (const mask of masks) {
+    for (let j = Math.min(mask.length - 1, text.length); j > longest; j--) {
+      if (text.endsWith(mask.slice(0, j))) {
+        longest = j;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+/**
  * Where to end a chunk of at most `max` bytes taken from the start of `buf`:
  * never inside a UTF-8 character, and after a newline when one falls in the
  * second half of the window (whole lines let the control plane mask them too).
@@ -176,6 +194,13 @@ export class LogStream {
       ) {
         n = this.text.length;
       }
+    }
+    // A partial line sent now could end with the start of a secret whose
+    // rest is still to come: keep that much back for the next time.
+    if (!this.closing && n > 0 && this.text[n - 1] !== '\n') {
+      n -= unsafeSuffixLength(this.text.slice(0, n), this.opts.masks);
+      // Never cut a surrogate pair.
+      if (n > 0 && /[\uD800-\uDBFF]/.test(this.text[n - 1]!)) n--;
     }
     if (n === 0) return;
     const taken = this.text.slice(0, n);

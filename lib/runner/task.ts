@@ -43,9 +43,8 @@ interface Result {
   outputs?: Record<string, string>;
 }
 
-const NOTES: Record<Exclude<StopReason, 'lease-lost'>, string> = {
+const NOTES: Record<Exclude<StopReason, 'lease-lost' | 'timeout'>, string> = {
   cancel: 'the job was cancelled: stopping the script',
-  timeout: 'the task reached its timeout: stopping the script',
   shutdown: 'the runner is shutting down: stopping the script and giving the task back',
   'connection-lost': 'the control plane has not answered for a whole lease: stopping the script',
 };
@@ -105,7 +104,9 @@ export class TaskRun {
     this.stopReason = reason;
     this.abort.abort();
     if (reason === 'lease-lost') this.logs.cancel('the lease was lost');
-    else if (!this.scriptEnded) this.note(NOTES[reason]);
+    else if (reason === 'timeout') {
+      this.note(`timed out after ${formatSeconds(this.task.timeout_s)}: stopping the script`);
+    } else this.note(NOTES[reason]);
     this.execution?.stop(this.ctx.killGraceMs);
   }
 
@@ -125,8 +126,16 @@ export class TaskRun {
     let taskDir: string | undefined;
     let result: Result;
     try {
-      taskDir = await mkdtemp(join(ctx.workdir, `${task.id.slice(0, 8)}-${task.attempt}-`));
-      result = await this.execute(taskDir);
+      let why = '';
+      taskDir = await mkdtemp(join(ctx.workdir, `${task.id.slice(0, 8)}-${task.attempt}-`)).catch(
+        (err: Error) => {
+          why = err.message;
+          return undefined;
+        },
+      );
+      result = taskDir
+        ? await this.execute(taskDir)
+        : this.infrastructure(`could not make a workspace: ${why}`);
     } catch (err) {
       result = {
         outcome: 'failed',
@@ -137,6 +146,8 @@ export class TaskRun {
       if (this.stopReason) result = this.stoppedResult(this.stopReason, null) ?? result;
     }
     clearTimeout(this.timeoutTimer);
+    // An error can quote a script line or an output line, and so a secret.
+    if (result.error !== null) result.error = maskText(result.error, this.masks);
 
     await this.logs.close(FINAL_FLUSH_MS);
     let answer: { state: string; job_state: string | null } | undefined;
@@ -175,7 +186,9 @@ export class TaskRun {
       return this.infrastructure(`could not make the workspace: ${(err as Error).message}`);
     }
     if (task.image && ctx.executor.kind === 'shell') {
-      this.note(`the shell executor ignores the image "${task.image}": the script runs on this host`);
+      this.note(
+        `the shell executor ignores the image "${task.image}": the script runs on this host`,
+      );
     }
     if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
 
@@ -237,13 +250,15 @@ export class TaskRun {
   /** Says which line failed and how, from the line number the script recorded. */
   private async scriptError(exit: Exit, lineFile: string): Promise<string> {
     const how =
-      exit.code === null ? `was killed by ${exit.signal ?? 'a signal'}` : `exited with ${exit.code}`;
+      exit.code === null
+        ? `was killed by ${exit.signal ?? 'a signal'}`
+        : `exited with ${exit.code}`;
     const recorded = Number.parseInt(await readFile(lineFile, 'utf8').catch(() => ''), 10);
     const line = this.task.script[recorded - 1];
     if (line === undefined) return `the script ${how}`;
     const first = line.split('\n')[0]!;
     const shown = first.length > 200 ? `${first.slice(0, 200)}…` : first;
-    return maskText(`line ${recorded} of the script ${how}: ${shown}`, this.masks);
+    return `line ${recorded} of the script ${how}: ${shown}`;
   }
 
   private infrastructure(error: string): Result {
@@ -283,7 +298,9 @@ export class TaskRun {
   }
 
   /** Completes the attempt; answers the control plane's answer, or undefined if it never came. */
-  private async report(result: Result): Promise<{ state: string; job_state: string | null } | undefined> {
+  private async report(
+    result: Result,
+  ): Promise<{ state: string; job_state: string | null } | undefined> {
     const { task, ctx } = this;
     let body: Completion = {
       lease_id: task.lease_id,
@@ -321,8 +338,7 @@ export class TaskRun {
     const now = Date.now();
     // The Date header has whole seconds, so the server's clock may be up to a
     // second past it: count the lease a second short.
-    const remaining =
-      serverTime === undefined ? expiresAt - now : expiresAt - serverTime - 1_000;
+    const remaining = serverTime === undefined ? expiresAt - now : expiresAt - serverTime - 1_000;
     this.leaseExpires = now + (Number.isNaN(remaining) ? 0 : remaining);
   }
 

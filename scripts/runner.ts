@@ -1,0 +1,9 @@
+// `npm run runner -- --url URL --token TOKEN [options]`: the reference runner (see docs/runner.md).
+import { runnerMain } from '../lib/runner/cli.ts';
+
+const code = await runnerMain(process.argv.slice(2), {
+  env: process.env,
+  err: (line) => process.stderr.write(`${line}\n`),
+});
+// Idle keep-alive sockets must not hold the process open once the runner is done.
+process.exit(code);

@@ -1,0 +1,234 @@
+// What the runner tests share: real git repositories in temp dirs, projects
+// and workers made through the API, runners in this process or as child
+// processes, and bounded waits.
+import assert from 'node:assert/strict';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { after } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type Runner, type RunnerOptions, startRunner } from '../../lib/runner/index.ts';
+import type { TestStack } from '../helpers/stack.ts';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+/** A temp dir removed when the test file ends. */
+export async function tempDir(prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  after(() => rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** A git repository with one commit of `files` on main; answers its path and the commit. */
+export async function gitRepo(
+  files: Record<string, string>,
+): Promise<{ dir: string; sha: string }> {
+  const dir = await tempDir('conductor-runner-repo-');
+  const git = (...args: string[]) =>
+    execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@t', ...args], { cwd: dir })
+      .toString()
+      .trim();
+  git('init', '-q', '-b', 'main');
+  for (const [path, text] of Object.entries(files)) {
+    execFileSync('mkdir', ['-p', dirname(join(dir, path))]);
+    await writeFile(join(dir, path), text);
+  }
+  git('add', '.');
+  git('commit', '-q', '-m', 'test');
+  return { dir, sha: git('rev-parse', 'HEAD') };
+}
+
+/** Polls `probe` until it answers something other than undefined, or fails after `timeoutMs`. */
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 20_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}${last ? `: ${last}` : ''}`);
+    }
+    await sleep(50);
+  }
+}
+
+export interface TaskView {
+  id: string;
+  name: string;
+  state: string;
+  attempt: number;
+  exit_code: number | null;
+  error: string | null;
+  outputs: Record<string, string> | null;
+}
+
+export interface JobView {
+  job: { id: string; state: string; error: string | null };
+  tasks: TaskView[];
+}
+
+/** A project on a fresh repository, a worker whose labels match its tasks, and a job trigger. */
+export class Fixture {
+  constructor(
+    readonly stack: TestStack,
+    readonly project: string,
+    readonly token: string,
+    readonly repo: { dir: string; sha: string },
+  ) {}
+
+  /**
+   * Makes the repository (with `.conductor.yml` built from `tasks`, every task
+   * labelled `label` so only this fixture's worker takes them), the project
+   * and the worker.
+   */
+  static async create(
+    stack: TestStack,
+    label: string,
+    tasks: string,
+    files: Record<string, string> = {},
+    secrets: Record<string, string> = {},
+  ): Promise<Fixture> {
+    const pipeline = `version: 1\ndefaults:\n  labels: [${label}]\n  retries: 2\ntasks:\n${tasks}`;
+    const repo = await gitRepo({ '.conductor.yml': pipeline, ...files });
+    const id = `${label}-${randomBytes(3).toString('hex')}`;
+    const project = await stack.call('POST', '/v1/projects', {
+      token: stack.adminToken,
+      body: { id, name: id, forge: 'github', repo: `acme/${id}`, repo_url: repo.dir },
+    });
+    assert.equal(project.status, 201, project.text);
+    for (const [name, value] of Object.entries(secrets)) {
+      const put = await stack.call('PUT', `/v1/projects/${id}/secrets/${name}`, {
+        token: stack.adminToken,
+        body: { value },
+      });
+      assert.equal(put.status, 204, put.text);
+    }
+    const worker = await stack.call('POST', '/v1/workers', {
+      token: stack.adminToken,
+      body: { name: `${label}-worker`, labels: [label] },
+    });
+    assert.equal(worker.status, 201, worker.text);
+    return new Fixture(stack, id, worker.body.token, repo);
+  }
+
+  /** Starts a job for the repository's commit and waits for its compile. */
+  async trigger(): Promise<string> {
+    const started = await this.stack.call('POST', `/v1/projects/${this.project}/jobs`, {
+      token: this.stack.adminToken,
+      body: { ref: 'main', sha: this.repo.sha },
+    });
+    assert.equal(started.status, 202, started.text);
+    const jobId = started.body.job_id as string;
+    const view = await waitFor('the compile', async () => {
+      const v = await this.job(jobId);
+      return v.job.state === 'pending' ? undefined : v;
+    });
+    assert.equal(view.job.state, 'running', view.job.error ?? '');
+    return jobId;
+  }
+
+  async job(jobId: string): Promise<JobView> {
+    const res = await this.stack.call('GET', `/v1/jobs/${jobId}`, { token: this.stack.adminToken });
+    assert.equal(res.status, 200, res.text);
+    return res.body as JobView;
+  }
+
+  async task(jobId: string, name: string): Promise<TaskView> {
+    const task = (await this.job(jobId)).tasks.find((t) => t.name === name);
+    assert.ok(task, `no task ${name}`);
+    return task;
+  }
+
+  /** Waits for the job to finish; answers its view. */
+  async finished(jobId: string, timeoutMs = 30_000): Promise<JobView> {
+    return waitFor(
+      `job ${jobId} to finish`,
+      async () => {
+        const v = await this.job(jobId);
+        return ['pending', 'running'].includes(v.job.state) ? undefined : v;
+      },
+      timeoutMs,
+    );
+  }
+
+  /** The stored log of a task (the latest attempt unless given). */
+  async log(taskId: string, attempt?: number): Promise<string> {
+    const q = attempt === undefined ? '' : `?attempt=${attempt}`;
+    const res = await this.stack.call('GET', `/v1/tasks/${taskId}/log${q}`, {
+      token: this.stack.adminToken,
+    });
+    assert.equal(res.status, 200, res.text);
+    return res.text;
+  }
+
+  /** A runner in this process for this fixture's worker, stopped when the test file ends. */
+  async runner(over: Partial<RunnerOptions> = {}): Promise<Runner> {
+    const runner = await startRunner({
+      url: this.stack.url,
+      token: this.token,
+      workdir: await tempDir('conductor-runner-work-'),
+      pollMinMs: 100,
+      pollMaxMs: 300,
+      killGraceMs: 2_000,
+      ...over,
+    });
+    after(() => runner.stop({ graceMs: 0 }));
+    return runner;
+  }
+}
+
+export interface ChildRunner {
+  child: ChildProcess;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** What it wrote to stderr so far. */
+  stderr(): string;
+}
+
+/** `npm run runner -- ARGS` as a child process (node --import tsx scripts/runner.ts). */
+export function childRunner(args: string[], env: NodeJS.ProcessEnv = process.env): ChildRunner {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/runner.ts', ...args], {
+    cwd: ROOT,
+    env,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
+    child.once('exit', (code, signal) => done({ code, signal })),
+  );
+  after(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+  return { child, exited, stderr: () => stderr };
+}
+
+/** Kills a process group left running (a script whose runner was SIGKILLed); ignores a gone one. */
+export function killGroup(pgid: number): void {
+  try {
+    process.kill(-pgid, 'SIGKILL');
+  } catch {
+    // Gone already.
+  }
+}
+
+/** True while a process group has members. */
+export function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

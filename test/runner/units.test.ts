@@ -1,0 +1,378 @@
+// The runner's pure parts: the docker command line, the script environment,
+// the wrapper script (run with a real bash), outputs, log chunking and retries.
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { Backoff } from '../../lib/runner/backoff.ts';
+import { parseRunnerArgs } from '../../lib/runner/cli.ts';
+import { HttpStatusError } from '../../lib/runner/client.ts';
+import { formatSeconds } from '../../lib/runner/duration.ts';
+import { exportFile, hostEnvironment, taskVariables } from '../../lib/runner/env.ts';
+import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../lib/runner/git.ts';
+import { containerName, dockerRunArgs, startRunner, type Task } from '../../lib/runner/index.ts';
+import {
+  chunkEnd,
+  LogStream,
+  maskList,
+  maskText,
+  unsafeSuffixLength,
+} from '../../lib/runner/logstream.ts';
+import { OutputsError, parseOutputs } from '../../lib/runner/outputs.ts';
+import { wrapperScript } from '../../lib/runner/script.ts';
+import { tempDir, waitFor } from './support.ts';
+
+function task(over: Partial<Task> = {}): Task {
+  return {
+    id: '0b7e3c1a-5d6f-4e21-9a8b-1c2d3e4f5a6b',
+    job_id: '9f8e7d6c-5b4a-4321-8fed-cba987654321',
+    name: 'test (node: 20, os: linux)',
+    lease_id: '11111111-2222-4333-8444-555555555555',
+    attempt: 2,
+    max_attempts: 3,
+    lease_expires_at: new Date().toISOString(),
+    image: 'node:20',
+    script: ['npm test'],
+    env: { NODE_ENV: 'test', CONDUCTOR_TASK_NAME: 'spoofed' },
+    secrets: { NPM_TOKEN: 'npm_secret_value' },
+    matrix: { node: '20', 'os-name': 'linux' },
+    needs_outputs: { 'build-app': { version: '1.2.3' }, 'v1.2': { _out_: 'x' } },
+    timeout_s: 60,
+    repo: {
+      url: 'https://forge.example/acme/app.git',
+      sha: 'a'.repeat(40),
+      ref: 'refs/heads/main',
+    },
+    ...over,
+  };
+}
+
+test('the docker command line mounts the workspace, names the container and keeps the environment off it', () => {
+  const t = task();
+  const name = containerName(t);
+  assert.equal(name, `conductor-${t.id}-2`);
+  assert.deepEqual(
+    dockerRunArgs({ name, image: 'node:20', workspace: '/w/ws', metaDir: '/w/meta' }),
+    [
+      'run',
+      '--rm',
+      '--init',
+      '--name',
+      name,
+      '--mount',
+      'type=bind,source=/w/ws,target=/workspace',
+      '--mount',
+      'type=bind,source=/w/meta,target=/conductor',
+      '--workdir',
+      '/workspace',
+      '--entrypoint',
+      'sh',
+      'node:20',
+      '-c',
+      'if command -v bash >/dev/null 2>&1; then exec bash /conductor/script.sh; else exec sh /conductor/script.sh; fi',
+    ],
+  );
+});
+
+test('startRunner with --executor docker rejects when the docker CLI is missing', async () => {
+  await assert.rejects(
+    startRunner({
+      url: 'http://127.0.0.1:1',
+      token: 't',
+      executor: 'docker',
+      dockerCommand: '/nonexistent/docker',
+      workdir: await tempDir('conductor-runner-unit-'),
+    }),
+    /--executor docker needs a Docker engine, but `\/nonexistent\/docker info` failed: .*ENOENT/,
+  );
+});
+
+test('a script sees CONDUCTOR_ variables built with the env-fragment rule, which the pipeline cannot override', () => {
+  const vars = taskVariables(task(), { workspace: '/ws', outputFile: '/meta/output' });
+  assert.deepEqual(vars, {
+    CI: 'true',
+    NODE_ENV: 'test',
+    NPM_TOKEN: 'npm_secret_value',
+    CONDUCTOR_TASK_NAME: 'test (node: 20, os: linux)',
+    CONDUCTOR_JOB_ID: '9f8e7d6c-5b4a-4321-8fed-cba987654321',
+    CONDUCTOR_TASK_ID: '0b7e3c1a-5d6f-4e21-9a8b-1c2d3e4f5a6b',
+    CONDUCTOR_SHA: 'a'.repeat(40),
+    CONDUCTOR_REF: 'refs/heads/main',
+    CONDUCTOR_ATTEMPT: '2',
+    CONDUCTOR_WORKSPACE: '/ws',
+    CONDUCTOR_OUTPUT: '/meta/output',
+    CONDUCTOR_MATRIX_NODE: '20',
+    CONDUCTOR_MATRIX_OS_NAME: 'linux',
+    CONDUCTOR_NEEDS_BUILD_APP_VERSION: '1.2.3',
+    CONDUCTOR_NEEDS_V1_2_OUT: 'x',
+  });
+});
+
+test("the host environment loses the runner's own variables, anything holding its token, and git's location", () => {
+  const env = hostEnvironment(
+    {
+      PATH: '/usr/bin',
+      HOME: '/root',
+      CONDUCTOR_RUNNER_TOKEN: 'cw_abc',
+      CONDUCTOR_URL: 'http://cp',
+      SOMETHING: 'Bearer cw_abc',
+      NOTE: 'see http://cp/v1',
+      GIT_DIR: '/elsewhere/.git',
+      GIT_AUTHOR_NAME: 'kept',
+    },
+    ['cw_abc', 'http://cp'],
+  );
+  assert.deepEqual(env, { PATH: '/usr/bin', HOME: '/root', GIT_AUTHOR_NAME: 'kept' });
+});
+
+test('the docker environment file survives quotes and newlines when sourced', async () => {
+  const dir = await tempDir('conductor-runner-unit-');
+  const file = join(dir, 'env.sh');
+  const tricky = 'it\'s "quoted"\nand $(not run) `either`';
+  writeFileSync(file, exportFile({ A: tricky, 'not-a-name': 'x' }));
+  const out = execFileSync('sh', ['-c', `. "${file}"; printf '%s' "$A"`]).toString();
+  assert.equal(out, tricky);
+});
+
+function runWrapper(lines: string[], dir: string) {
+  const lineFile = join(dir, 'line');
+  const script = join(dir, 'script.sh');
+  writeFileSync(script, wrapperScript(lines, { lineFile }));
+  const res = spawnSync('bash', [script], { cwd: dir, encoding: 'utf8' });
+  return { code: res.status, out: res.stdout, line: readFileSync(lineFile, 'utf8').trim() };
+}
+
+test('the wrapper echoes each line, keeps the shell between lines and stops at the first failing one', async () => {
+  const dir = await tempDir('conductor-runner-unit-');
+  const ok = runWrapper(
+    ['X=1; mkdir -p sub', 'cd sub', 'echo "$X in $(basename "$PWD")" >&2'],
+    dir,
+  );
+  assert.deepEqual(ok, {
+    code: 0,
+    out: '+ X=1; mkdir -p sub\n+ cd sub\n+ echo "$X in $(basename "$PWD")" >&2\n1 in sub\n',
+    line: '0',
+  });
+  const failed = runWrapper(['echo one', 'false; echo unreached', 'echo two'], dir);
+  assert.deepEqual(failed, {
+    code: 1,
+    out: '+ echo one\none\n+ false; echo unreached\n',
+    line: '2',
+  });
+  // set +e in one line does not let a later failing line through.
+  const optedOut = runWrapper(['set +e', 'exit 4', 'echo no'], dir);
+  assert.equal(optedOut.code, 4);
+  assert.equal(optedOut.line, '2');
+  const pipe = runWrapper(['false | cat'], dir);
+  assert.equal(pipe.code, 1, 'pipefail');
+  const syntax = runWrapper(['echo fine', 'if then', 'echo no'], dir);
+  assert.equal(syntax.code, 2);
+  assert.equal(syntax.line, '2');
+  const multi = runWrapper(["printf '%s\\n' \\\n  a b"], dir);
+  assert.equal(multi.out, "+ printf '%s\\n' \\\n+   a b\na\nb\n");
+});
+
+test('outputs are name=value lines or name<<DELIMITER blocks; anything else is an error naming the line', () => {
+  assert.deepEqual(parseOutputs('a=1\n\nb=x=y\r\nc<<EOF\none\ntwo\nEOF\na=2\nd=\n'), {
+    a: '2',
+    b: 'x=y',
+    c: 'one\ntwo',
+    d: '',
+  });
+  assert.deepEqual(parseOutputs('e=a<<b\n'), { e: 'a<<b' });
+  assert.throws(() => parseOutputs('ok=1\njust text\n'), {
+    name: 'OutputsError',
+    message: /line 2: expected name=value/,
+  });
+  assert.throws(() => parseOutputs('1x=1'), /line 1: "1x" is not a valid output name/);
+  assert.throws(() => parseOutputs('x<<EOF\nno end\n'), OutputsError);
+});
+
+test('chunks end on a UTF-8 character boundary, after a newline when one is near', () => {
+  const buf = Buffer.from('ab\ncd€fg', 'utf8'); // € is 3 bytes at 5..7
+  assert.equal(chunkEnd(buf, 100), buf.length);
+  assert.equal(chunkEnd(buf, 6), 3, 'the newline in the second half of the window wins');
+  const noNewline = Buffer.from('abcd€fg', 'utf8'); // € at 4..6
+  assert.equal(chunkEnd(noNewline, 5), 4);
+  assert.equal(chunkEnd(noNewline, 6), 4);
+  assert.equal(chunkEnd(noNewline, 7), 7);
+});
+
+test('masking covers each secret and each line of a secret that spans lines, longest first', () => {
+  const masks = maskList(['ab', 'abcdef', 'line-one\nline-two', 'abc']);
+  assert.deepEqual(masks, ['line-one\nline-two', 'line-one', 'line-two', 'abcdef', 'abc']);
+  assert.equal(maskText('abcdef abc ab line-two', masks), '*** *** ab ***');
+});
+
+/** A sink that stores like the control plane: a chunk at a stored offset is kept once. */
+function fakeServer() {
+  let stored = Buffer.alloc(0);
+  return {
+    text: () => stored.toString('utf8'),
+    store(offset: number, data: string): number {
+      const bytes = Buffer.from(data, 'utf8');
+      if (offset > stored.length) {
+        throw new HttpStatusError('POST', '/logs', 409, { size: stored.length });
+      }
+      if (offset + bytes.length > stored.length) {
+        stored = Buffer.concat([stored, bytes.subarray(stored.length - offset)]);
+      }
+      return stored.length;
+    },
+  };
+}
+
+test('a log stream resends from its offset after failures, and every byte is stored once', async () => {
+  const server = fakeServer();
+  let calls = 0;
+  const stream = new LogStream(
+    async (offset, data) => {
+      calls++;
+      if (calls === 2) throw new HttpStatusError('POST', '/logs', 503, null);
+      const size = server.store(offset, data);
+      if (calls === 3) throw new HttpStatusError('POST', '/logs', 502, null); // stored, answer lost
+      return size;
+    },
+    { flushMs: 10_000, chunkBytes: 10, masks: ['s3cret'] },
+  );
+  stream.write('hello wörld\n');
+  stream.write('the s3cret is out\n');
+  stream.write('no newline at the end');
+  await stream.close(10_000);
+  assert.equal(server.text(), 'hello wörld\nthe *** is out\nno newline at the end');
+  assert.equal(stream.size, Buffer.byteLength(server.text()));
+});
+
+test('a partial line is sent after a flush interval, but never the start of a secret', async () => {
+  const sent: string[] = [];
+  const stream = new LogStream(
+    async (offset, data) => {
+      sent.push(data);
+      return offset + Buffer.byteLength(data);
+    },
+    { flushMs: 20, chunkBytes: 1024, masks: maskList(['supersecretvalue']) },
+  );
+  stream.write('the key: supers');
+  await waitFor('the partial line to go', () => (sent.length > 0 ? true : undefined));
+  assert.deepEqual(sent, ['the key: ']);
+  stream.write('ecretvalue\n');
+  await stream.close(5_000);
+  assert.deepEqual(sent, ['the key: ', '***\n']);
+  assert.equal(unsafeSuffixLength('x supersecret', ['supersecretvalue', 'secretive']), 11);
+  assert.equal(unsafeSuffixLength('nothing here', ['supersecretvalue']), 0);
+});
+
+test('a log stream that is ahead of the control plane goes on from the size it is told', async () => {
+  const server = fakeServer();
+  server.store(0, 'abc');
+  let first = true;
+  const stream = new LogStream(
+    async (offset, data) => {
+      // Pretend the first three bytes were acknowledged but the server lost two of them.
+      if (first) {
+        first = false;
+        return 3;
+      }
+      return server.store(offset === 3 ? 3 : offset, data);
+    },
+    { flushMs: 10_000, chunkBytes: 3, masks: [] },
+  );
+  stream.write('abcdef\n');
+  await stream.close(10_000);
+  assert.equal(server.text(), 'abcdef\n');
+});
+
+test('a log stream stops uploading at the log limit and reports it once', async () => {
+  const stopped: string[] = [];
+  const stream = new LogStream(
+    async () => {
+      throw new HttpStatusError('POST', '/logs', 413, null);
+    },
+    { flushMs: 10_000, chunkBytes: 4, masks: [], onStopped: (r) => stopped.push(r) },
+  );
+  stream.write('0123456789\n');
+  await stream.close(5_000);
+  assert.deepEqual(stopped, ['the log reached the control plane limit; the rest was not uploaded']);
+});
+
+test('polling backs off with jitter from about half a second up to its ceiling', () => {
+  const b = new Backoff(500, 10_000, () => 0.5);
+  assert.deepEqual(
+    Array.from({ length: 7 }, () => b.next()),
+    [500, 1000, 2000, 4000, 8000, 10_000, 10_000],
+  );
+  b.reset();
+  assert.equal(b.next(), 500);
+  const random = new Backoff(500, 10_000);
+  for (let i = 0; i < 50; i++) {
+    const d = random.next();
+    assert.ok(d >= 400 && d <= 10_000, String(d));
+  }
+});
+
+test('timeouts read as the pipeline writes durations', () => {
+  assert.equal(formatSeconds(2), '2s');
+  assert.equal(formatSeconds(90), '1m30s');
+  assert.equal(formatSeconds(3600), '1h');
+  assert.equal(formatSeconds(604_800), '168h');
+});
+
+test('the clone token goes in a header through git config variables, and only where it may', () => {
+  const repo = { url: 'https://forge.example/a/b.git', sha: 'a'.repeat(40), ref: 'main' };
+  const env = gitEnvironment({ PATH: '/bin' }, { ...repo, token: 'tok' });
+  assert.deepEqual(env, {
+    PATH: '/bin',
+    GIT_TERMINAL_PROMPT: '0',
+    GIT_CONFIG_COUNT: '1',
+    GIT_CONFIG_KEY_0: 'http.extraHeader',
+    GIT_CONFIG_VALUE_0: `Authorization: Basic ${Buffer.from('x-access-token:tok').toString('base64')}`,
+  });
+  assert.equal(gitEnvironment({}, repo).GIT_CONFIG_COUNT, undefined);
+  assert.equal(mayCarryToken('http://forge.example/a.git'), false);
+  assert.equal(mayCarryToken('http://127.0.0.1:3000/a.git'), true);
+  assert.equal(mayCarryToken('/srv/git/a'), false);
+  assert.equal(fetchUrl('repo', '/home/u'), '/home/u/repo');
+  assert.equal(fetchUrl('git@host:a/b.git', '/x'), 'git@host:a/b.git');
+  assert.equal(fetchUrl('file:///srv/a', '/x'), 'file:///srv/a');
+  assert.equal(redactUrl('https://u:p@forge/a.git'), 'https://***@forge/a.git');
+});
+
+test('the command line becomes runner options; a bad value is named', () => {
+  assert.deepEqual(
+    parseRunnerArgs(
+      [
+        '--url',
+        'http://cp:8080',
+        '--labels',
+        'linux, big',
+        '--concurrency',
+        '3',
+        '--poll-max-s',
+        '2',
+      ],
+      { CONDUCTOR_RUNNER_TOKEN: 'cw_env' },
+    ),
+    {
+      url: 'http://cp:8080',
+      token: 'cw_env',
+      labels: ['linux', 'big'],
+      concurrency: 3,
+      executor: 'shell',
+      pollMaxMs: 2000,
+      graceMs: 30_000,
+      killGraceMs: 5000,
+      httpTimeoutMs: 30_000,
+    },
+  );
+  assert.throws(
+    () => parseRunnerArgs(['--url', 'http://cp', '--token', 't', '--executor', 'vm'], {}),
+    /--executor must be shell or docker/,
+  );
+  assert.throws(
+    () => parseRunnerArgs(['--url', 'http://cp', '--token', 't', '--concurrency', '0'], {}),
+    /--concurrency must be at least 1/,
+  );
+  assert.throws(() => parseRunnerArgs(['--token', 't'], {}), /--url .* is required/);
+  assert.throws(() => parseRunnerArgs(['--bogus'], {}), /Unknown option '--bogus'/);
+});
