@@ -29,6 +29,7 @@ import {
   updateProject,
 } from '../lib/projects.ts';
 import { cancelJob, createJob, rerunJob } from '../lib/scheduler/index.ts';
+import { deliverJobStatus } from '../lib/statuses.ts';
 import { getJobOnly, getJobView, listJobs } from '../lib/views.ts';
 import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/workers.ts';
 
@@ -132,12 +133,14 @@ const routes: Record<string, Route> = {
   'POST /v1/jobs/{id}/cancel': async (event, ctx) => {
     const jobId = idParam(event, 'id', 'job');
     await cancelJob(ctx.pool, jobId, 'cancelled through the API');
+    await deliverJobStatus(ctx, jobId);
     return { status: 200, body: { job: await getJobOnly(ctx.pool, jobId) } };
   },
   'POST /v1/jobs/{id}/rerun': async (event, ctx) => {
     const { failed_only } = jsonBody(event, RerunSchema);
     const rerun = await rerunJob(ctx.pool, idParam(event, 'id', 'job'), failed_only);
     if (rerun.dispatch) await dispatchCompile(ctx, rerun.job.id);
+    else await deliverJobStatus(ctx, rerun.job.id);
     return { status: 202, body: { job_id: rerun.job.id, number: rerun.job.number } };
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {

@@ -4,6 +4,7 @@ import { compileJob } from '../lib/compile.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
 import { zodIssues } from '../lib/http/index.ts';
+import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompileEventSchema = z.object({
   job_id: z.string().regex(/^[0-9a-f-]{36}$/i, 'must be a job id'),
@@ -20,6 +21,7 @@ async function main(event: unknown) {
     ctx.config.CONDUCTOR_GITHUB_API_URL,
     parsed.data.job_id.toLowerCase(),
   );
+  await deliverJobStatus(ctx, parsed.data.job_id.toLowerCase());
   return { job_id: parsed.data.job_id, outcome };
 }
 

@@ -5,6 +5,7 @@ import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
 import { maskSecrets, taskSecretValues } from '../lib/logs.ts';
 import { completeTask } from '../lib/scheduler/index.ts';
+import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompleteSchema = z.strictObject({
   lease_id: LeaseIdSchema,
@@ -39,6 +40,7 @@ async function main(event: HttpEvent): Promise<Reply> {
       ? maskSecrets(body.error, await taskSecretValues(ctx.pool, ctx.keyring, taskId))
       : null,
   });
+  if (result.job_state) await deliverJobStatus(ctx, result.job_id);
   return { status: 200, body: { state: result.state, job_state: result.job_state } };
 }
 

@@ -1,13 +1,14 @@
 import { getContext } from '../lib/context.ts';
 import { dispatchCompile } from '../lib/dispatch.ts';
 import { type HttpEvent, httpFunction, type Reply, rawBody } from '../lib/http/index.ts';
+import { deliverJobStatus } from '../lib/statuses.ts';
 import { MAX_WEBHOOK_BYTES, receiveWebhook } from '../lib/webhooks.ts';
 
 /** POST /v1/webhooks/github and /v1/webhooks/gitea. */
 async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
   const forge = event.rawPath.endsWith('/gitea') ? 'gitea' : 'github';
-  const { reply, compile } = await receiveWebhook(
+  const { reply, compile, cancelled } = await receiveWebhook(
     ctx.pool,
     ctx.keyring,
     forge,
@@ -15,6 +16,8 @@ async function main(event: HttpEvent): Promise<Reply> {
     rawBody(event),
   );
   if (compile) await dispatchCompile(ctx, compile);
+  // Jobs this delivery cancelled (superseded, or their pull request closed).
+  for (const jobId of cancelled ?? []) await deliverJobStatus(ctx, jobId);
   return reply;
 }
 

@@ -32,6 +32,12 @@ export const ConfigSchema = z.object({
   /** Deployed: a Secrets Manager secret holding {"admin_token", "secret_key"}. */
   CONDUCTOR_APP_SECRET_ARN: z.string().min(1).optional(),
   CONDUCTOR_LOG_MAX_BYTES: positiveInt(2 ** 40).default(64 * 1024 * 1024),
+  /** The public base URL of this Conductor; commit statuses link to <url>/jobs/<id>. */
+  CONDUCTOR_PUBLIC_URL: z.string().url().optional(),
+  /** A commit status still undelivered this long after it was written is given up. */
+  CONDUCTOR_STATUS_GIVE_UP_H: positiveInt(24 * 30).default(24),
+  CONDUCTOR_RETENTION_LOG_DAYS: positiveInt(36500).default(30),
+  CONDUCTOR_RETENTION_JOB_DAYS: positiveInt(36500).default(180),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 

@@ -7,6 +7,7 @@ import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/c
 import { compileJob } from './compile.ts';
 import type { AppContext } from './context.ts';
 import { log } from './log.ts';
+import { deliverJobStatus } from './statuses.ts';
 
 /** Dispatches compiles through the Lambda client as async (`Event`) invocations. */
 export function lambdaDispatcher(
@@ -30,9 +31,11 @@ export function inProcessDispatcher(ctx: () => AppContext): (jobId: string) => P
   return async (jobId) => {
     setImmediate(() => {
       const { pool, keyring, config } = ctx();
-      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId).catch((err) =>
-        log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
-      );
+      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId)
+        .then(() => deliverJobStatus(ctx(), jobId))
+        .catch((err) =>
+          log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
+        );
     });
   };
 }

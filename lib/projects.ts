@@ -63,6 +63,8 @@ export interface ProjectView {
   enabled: boolean;
   cancel_superseded: boolean;
   has_forge_token: boolean;
+  /** 'on', or 'off: <why>'. */
+  commit_statuses: string;
   created_at: Date;
   updated_at: Date;
 }
@@ -73,8 +75,13 @@ export interface ProjectRow extends ProjectView {
   forge_token_enc: string | null;
 }
 
+// `commit_statuses` says once, in the view, why a project gets no statuses.
 const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
-  forge_token_enc is not null as has_forge_token, created_at, updated_at`;
+  forge_token_enc is not null as has_forge_token,
+  case when forge_token_enc is null then 'off: the project has no forge token'
+       when repo_url !~ '^https?://' then 'off: the repository is not on a forge (a local path)'
+       else 'on' end as commit_statuses,
+  created_at, updated_at`;
 
 /** Where each sealed value of a project lives, bound into its ciphertext. */
 export const sealContext = {

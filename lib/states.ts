@@ -40,3 +40,7 @@ export type AttemptOutcome = (typeof ATTEMPT_OUTCOMES)[number];
 /** Commit-status states as the forges name them (Gitea also knows `warning`). */
 export const STATUS_STATES = ['pending', 'success', 'failure', 'error', 'warning'] as const;
 export type StatusState = (typeof STATUS_STATES)[number];
+
+/** How an outbox row ended: posted, replaced by a newer one before it was, or abandoned. */
+export const STATUS_RESULTS = ['delivered', 'superseded', 'gave_up'] as const;
+export type StatusResult = (typeof STATUS_RESULTS)[number];

@@ -22,7 +22,7 @@ export async function receiveWebhook(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
-): Promise<{ reply: Reply; compile?: string }> {
+): Promise<{ reply: Reply; compile?: string; cancelled?: string[] }> {
   const { event, delivery, signature } = readWebhookHeaders(forge, headers);
   let payload: unknown;
   try {
@@ -42,6 +42,7 @@ export async function receiveWebhook(
   if (intent.kind === 'close_pull_request') {
     const cancelled = await cancelPullRequest(pool, project.id, intent.pullRequest);
     return {
+      cancelled,
       reply: {
         status: 200,
         body: {
@@ -72,5 +73,6 @@ export async function receiveWebhook(
   return {
     reply: { status: 202, body: { job_id: created.job.id, number: created.job.number } },
     compile: created.job.id,
+    cancelled: created.superseded,
   };
 }

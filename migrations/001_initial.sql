@@ -201,22 +201,28 @@ create table project_secrets (
 );
 
 -- Commit statuses to post to the forge, written in the same transaction as the
--- job state change they report; delivered after commit and retried by the sweep.
+-- job state change they report; delivered after commit and retried by the
+-- sweep. Only the newest row of a job is ever posted: older undelivered ones
+-- are superseded, so a late delivery never overwrites a newer state.
 create table status_outbox (
   id bigint generated always as identity primary key,
   job_id uuid not null references jobs (id) on delete cascade,
   state text not null
     constraint status_outbox_state_check
     check (state in ('pending', 'success', 'failure', 'error', 'warning')),
-  context text not null,
   description text not null,
   attempts integer not null default 0,
   next_attempt_at timestamptz not null default now(),
-  delivered_at timestamptz,
-  gave_up_at timestamptz,
+  -- A deliverer holds the job's newest row while it calls the forge; no other
+  -- row of the job is claimed meanwhile, so deliveries of a job never overlap.
+  claimed_until timestamptz,
+  result text
+    constraint status_outbox_result_check
+    check (result in ('delivered', 'superseded', 'gave_up')),
+  done_at timestamptz,
   last_error text,
-  created_at timestamptz not null default now()
+  created_at timestamptz not null default now(),
+  check ((result is null) = (done_at is null))
 );
-create index status_outbox_due on status_outbox (next_attempt_at)
-  where delivered_at is null and gave_up_at is null;
-create index status_outbox_job on status_outbox (job_id);
+create index status_outbox_due on status_outbox (next_attempt_at) where result is null;
+create index status_outbox_job on status_outbox (job_id, id) where result is null;

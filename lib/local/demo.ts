@@ -141,6 +141,14 @@ export async function runDemo(
     out(`webhook      push to main answered 202: job #${accepted.number}`);
     out('');
 
+    // Live lines: every change of a task's state. A runner says at once when it
+    // starts a task (a quick task may start and finish between two looks at
+    // the job); the job view shows the rest.
+    const seen = new Map<string, string>();
+    const line = (name: string, state: string, detail: string) => {
+      const at = ((Date.now() - started) / 1000).toFixed(1).padStart(5);
+      out(`${at}s  ${name.padEnd(22)} ${state}${detail}`);
+    };
     for (const [i, worker] of workers.entries()) {
       runners.push(
         await startRunner({
@@ -151,12 +159,17 @@ export async function runDemo(
           pollMinMs: 100,
           pollMaxMs: 500,
           log: () => {},
+          onEvent: (event) => {
+            if (event.type !== 'task-started') return;
+            const key = `running/${event.attempt}`;
+            if (seen.get(event.name) === key) return;
+            seen.set(event.name, key);
+            line(event.name, 'running', `  (attempt ${event.attempt}, runner-${i + 1})`);
+          },
         }),
       );
     }
 
-    // Live lines: every change of a task's state, as the API shows it.
-    const seen = new Map<string, string>();
     // biome-ignore lint/suspicious/noExplicitAny: the API's JSON, read for display
     let view: { job: { state: string; error: string | null }; tasks: any[] } | undefined;
     while (Date.now() < deadline) {
@@ -165,13 +178,15 @@ export async function runDemo(
         const key = `${task.state}/${task.attempt}`;
         if (seen.get(task.name) !== key) {
           seen.set(task.name, key);
-          const at = ((Date.now() - started) / 1000).toFixed(1).padStart(5);
-          const detail = task.error
-            ? `  (${task.error})`
-            : task.state === 'running'
-              ? `  (attempt ${task.attempt})`
-              : '';
-          out(`${at}s  ${task.name.padEnd(22)} ${task.state}${detail}`);
+          line(
+            task.name,
+            task.state,
+            task.error
+              ? `  (${task.error})`
+              : task.state === 'running'
+                ? `  (attempt ${task.attempt})`
+                : '',
+          );
         }
       }
       if (['success', 'failed', 'cancelled'].includes(view!.job.state)) break;

@@ -1,5 +1,6 @@
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { enqueueStatus } from './outbox.ts';
 import type { JobRow } from './types.ts';
 
 /**
@@ -31,6 +32,7 @@ export async function cancelJobsTx(
   );
   const cancelled = rows.map((r) => r.id);
   if (cancelled.length === 0) return [];
+  for (const id of cancelled) await enqueueStatus(tx, id, 'error', `cancelled: ${reason}`);
   // Then the running tasks, before any task below them: a completion or a
   // lease expiry locks its task and then the tasks it skips, so taking the
   // running rows first keeps the lock order the same and avoids a deadlock.

@@ -2,6 +2,7 @@ import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../d
 import { NotFoundError } from '../errors.ts';
 import type { JobState, JobTrigger } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
+import { enqueueStatus } from './outbox.ts';
 import { followUpAfterCommit, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
 
@@ -83,6 +84,9 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
     ],
   );
   const job = rows[0]!;
+  // Held back a few seconds: a compile that starts the job at once replaces
+  // it with "running", and the forge sees one status instead of two.
+  await enqueueStatus(tx, job.id, 'pending', 'waiting for the pipeline to be read', 5);
   let superseded: string[] = [];
   if (settings.cancel_superseded && supersedes(input)) {
     const older = await tx.query<{ id: string }>(
@@ -247,6 +251,8 @@ export async function startJob(
         where id = $1`,
       [jobId, pipeline.name],
     );
+    const n = pipeline.tasks.length;
+    await enqueueStatus(tx, jobId, 'pending', `running ${n} task${n === 1 ? '' : 's'}`);
     return { started: true, state: 'running' as JobState };
   });
   if (!started.started) return { ...started, jobState: null };
@@ -268,7 +274,17 @@ export async function failJob(
         where id = $1 and state = 'pending'`,
       [jobId, error, errors === null ? null : JSON.stringify(errors)],
     );
-    return rowCount === 1;
+    if (rowCount !== 1) return false;
+    const problems = errors?.length ?? 0;
+    await enqueueStatus(
+      tx,
+      jobId,
+      'error',
+      problems > 0
+        ? `the pipeline has ${problems} error${problems === 1 ? '' : 's'}: ${error.split('\n')[0]}`
+        : error,
+    );
+    return true;
   });
 }
 

@@ -7,6 +7,7 @@
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
 import type { JobState } from '../states.ts';
+import { enqueueSettled } from './outbox.ts';
 
 /** Skips every waiting or queued task reachable from `fromIds`; returns how many. */
 export async function skipReachable(
@@ -147,7 +148,9 @@ export async function settleJob(tx: Queryable, jobId: string): Promise<JobState 
       returning j.state`,
     [jobId],
   );
-  return rows[0]?.state ?? null;
+  const state = rows[0]?.state ?? null;
+  if (state) await enqueueSettled(tx, jobId, state);
+  return state;
 }
 
 export interface FollowUpResult extends PromoteResult {

@@ -3,6 +3,7 @@ import { ConflictError, NotFoundError } from '../errors.ts';
 import type { JobState } from '../states.ts';
 import { LOCK_WAITING } from './cancel.ts';
 import { createJobTx, getJob, insertTasksTx } from './jobs.ts';
+import { enqueueStatus } from './outbox.ts';
 import { followUpAfterCommit } from './progress.ts';
 import type { JobRow, TaskRow, TaskSpec } from './types.ts';
 
@@ -86,6 +87,7 @@ export async function rerunJob(
         where id = $1 returning *`,
         [job.id, old.pipeline_name],
       );
+      await enqueueStatus(tx, job.id, 'pending', `running ${specs.length} tasks (a rerun)`);
       return { job: started.rows[0]!, dispatch: false };
     },
     // READ COMMITTED because createJobTx needs it. Only the first job's

@@ -6,6 +6,7 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
 import type { TaskState } from '../states.ts';
+import { enqueueStatus } from './outbox.ts';
 import { followUp, skipReachable } from './progress.ts';
 import type { JobRow, TaskRow } from './types.ts';
 
@@ -147,10 +148,12 @@ async function redispatch(
       if (!job || job.state !== 'pending' || !job.stale) return null;
       if (job.compile_attempts >= maxAttempts) {
         const reason = job.error ? `: ${job.error}` : '';
+        const error = `the pipeline could not be read after ${job.compile_attempts} attempts${reason}`;
         await tx.query(
           `update jobs set state = 'failed', finished_at = now(), error = $2 where id = $1`,
-          [jobId, `the pipeline could not be read after ${job.compile_attempts} attempts${reason}`],
+          [jobId, error],
         );
+        await enqueueStatus(tx, jobId, 'error', error);
         return 'failed';
       }
       await tx.query(

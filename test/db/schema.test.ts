@@ -6,6 +6,7 @@ import {
   FORGES,
   JOB_STATES,
   JOB_TRIGGERS,
+  STATUS_RESULTS,
   STATUS_STATES,
   TASK_STATES,
 } from '../../lib/states.ts';
@@ -30,6 +31,7 @@ const pairs: [string, readonly string[]][] = [
   ['projects_forge_check', FORGES],
   ['task_attempts_outcome_check', ATTEMPT_OUTCOMES],
   ['status_outbox_state_check', STATUS_STATES],
+  ['status_outbox_result_check', STATUS_RESULTS],
 ];
 
 for (const [constraint, values] of pairs) {

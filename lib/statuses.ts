@@ -1,0 +1,241 @@
+// Delivering commit statuses from the outbox to GitHub and Gitea, outside any
+// transaction: right after the change that wrote them commits (best effort),
+// and from the sweep for whatever is still due, with exponential backoff, until
+// a bounded time has passed. Only a job's newest row is posted; rows of one job
+// are never posted concurrently, so a late delivery never overwrites a newer
+// state, and posting the same state twice is harmless to the forge.
+import type { AppContext } from './context.ts';
+import { type Pool, transaction } from './db/index.ts';
+import { log } from './log.ts';
+import { forgeToken, getProjectRow } from './projects.ts';
+import type { Keyring } from './secrets.ts';
+
+export interface DeliveryOptions {
+  githubApiUrl: string;
+  /** With it, each status links to `<publicUrl>/jobs/<id>`. */
+  publicUrl?: string;
+  /** After this long since a row was written, it is given up. Default 24 h. */
+  giveUpAfterS?: number;
+  /** Only this job's rows (the post-commit delivery). */
+  jobId?: string;
+  /** Most jobs handled in one call. Default 50. */
+  limit?: number;
+  timeoutMs?: number;
+  fetch?: typeof fetch;
+}
+
+export interface DeliverySummary {
+  statuses_delivered: number;
+  statuses_superseded: number;
+  statuses_failed: number;
+  statuses_given_up: number;
+}
+
+// How long a deliverer may hold a job's row while the forge answers.
+const CLAIM_S = 60;
+const BACKOFF_BASE_S = 5;
+const BACKOFF_CAP_S = 600;
+
+interface Claimed {
+  id: number;
+  job_id: string;
+  state: string;
+  description: string;
+  attempts: number;
+  created_at: Date;
+  sha: string;
+  project_id: string;
+  pipeline_name: string | null;
+}
+
+/** Supersedes a job's older due rows and claims its newest; null when nothing is due or someone holds it. */
+async function claim(
+  pool: Pool,
+  jobId: string,
+): Promise<{ row: Claimed | null; superseded: number }> {
+  return transaction(
+    pool,
+    async (tx) => {
+      // Locking the job's open rows serialises deliverers of one job.
+      const { rows } = await tx.query<{
+        id: number;
+        claimed: boolean;
+        due: boolean;
+      }>(
+        `select id, coalesce(claimed_until > now(), false) as claimed, next_attempt_at <= now() as due
+           from status_outbox where job_id = $1 and result is null
+          order by id for update`,
+        [jobId],
+      );
+      if (rows.length === 0 || rows.some((r) => r.claimed)) return { row: null, superseded: 0 };
+      const newest = rows[rows.length - 1]!;
+      const older = rows.slice(0, -1).map((r) => r.id);
+      if (older.length > 0) {
+        await tx.query(
+          `update status_outbox set result = 'superseded', done_at = now() where id = any($1::bigint[])`,
+          [older],
+        );
+      }
+      if (!newest.due) return { row: null, superseded: older.length };
+      const claimed = await tx.query<Claimed>(
+        `update status_outbox o
+            set claimed_until = now() + make_interval(secs => $2), attempts = o.attempts + 1
+           from jobs j
+          where o.id = $1 and j.id = o.job_id
+          returning o.id, o.job_id, o.state, o.description, o.attempts, o.created_at, j.sha, j.project_id,
+                    j.pipeline_name`,
+        [newest.id, CLAIM_S],
+      );
+      return { row: claimed.rows[0] ?? null, superseded: older.length };
+    },
+    { isolation: 'read committed' },
+  );
+}
+
+async function finish(
+  pool: Pool,
+  id: number,
+  outcome:
+    | { result: 'delivered' | 'gave_up'; error?: string }
+    | { retryInS: number; error: string },
+): Promise<void> {
+  await transaction(pool, (tx) =>
+    'result' in outcome
+      ? tx.query(
+          `update status_outbox set result = $2, done_at = now(), claimed_until = null, last_error = $3
+            where id = $1`,
+          [id, outcome.result, outcome.error ?? null],
+        )
+      : tx.query(
+          `update status_outbox
+              set claimed_until = null, last_error = $2,
+                  next_attempt_at = now() + make_interval(secs => $3)
+            where id = $1`,
+          [id, outcome.error, outcome.retryInS],
+        ),
+  );
+}
+
+class PermanentError extends Error {}
+
+/** Posts one status to the project's forge; throws PermanentError for a refusal that retrying cannot fix. */
+async function post(
+  pool: Pool,
+  keyring: Keyring,
+  row: Claimed,
+  opts: DeliveryOptions,
+): Promise<void> {
+  const project = await getProjectRow(pool, row.project_id);
+  const token = project ? forgeToken(keyring, project) : null;
+  if (!project || !token) throw new PermanentError('the project has no forge token');
+  const [owner, name] = project.repo.split('/').map(encodeURIComponent);
+  const base =
+    project.forge === 'github'
+      ? opts.githubApiUrl.replace(/\/+$/, '')
+      : `${(project.forge_url ?? '').replace(/\/+$/, '')}/api/v1`;
+  const url = `${base}/repos/${owner}/${name}/statuses/${row.sha}`;
+  const body = {
+    state: row.state,
+    context: row.pipeline_name ? `conductor/${row.pipeline_name}` : 'conductor',
+    description: row.description,
+    ...(opts.publicUrl
+      ? { target_url: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}` }
+      : {}),
+  };
+  const headers: Record<string, string> =
+    project.forge === 'github'
+      ? {
+          authorization: `Bearer ${token}`,
+          accept: 'application/vnd.github+json',
+          'x-github-api-version': '2022-11-28',
+        }
+      : { authorization: `token ${token}`, accept: 'application/json' };
+  const res = await (opts.fetch ?? fetch)(url, {
+    method: 'POST',
+    headers: { ...headers, 'content-type': 'application/json', 'user-agent': 'conductor-ci' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000),
+  });
+  await res.text().catch(() => '');
+  if (res.ok) return;
+  const message = `${project.forge} answered HTTP ${res.status} for ${url}`;
+  // A refusal (bad token, no such repository or commit) stays a refusal;
+  // rate limits and server errors pass.
+  const rateLimited = res.status === 429 || res.headers.get('x-ratelimit-remaining') === '0';
+  if (res.status >= 400 && res.status < 500 && res.status !== 408 && !rateLimited) {
+    throw new PermanentError(message);
+  }
+  throw new Error(message);
+}
+
+/** Delivers what is due: one job's rows after a commit, or every due job's from the sweep. */
+export async function deliverStatuses(
+  pool: Pool,
+  keyring: Keyring,
+  opts: DeliveryOptions,
+): Promise<DeliverySummary> {
+  const summary: DeliverySummary = {
+    statuses_delivered: 0,
+    statuses_superseded: 0,
+    statuses_failed: 0,
+    statuses_given_up: 0,
+  };
+  const giveUpAfterS = opts.giveUpAfterS ?? 24 * 3600;
+  const jobs = opts.jobId
+    ? [opts.jobId]
+    : (
+        await pool.query<{ job_id: string }>(
+          `select distinct job_id from (
+             select job_id from status_outbox
+              where result is null and next_attempt_at <= now()
+              order by next_attempt_at limit $1) due`,
+          [opts.limit ?? 50],
+        )
+      ).rows.map((r) => r.job_id);
+
+  for (const jobId of jobs) {
+    try {
+      const { row, superseded } = await claim(pool, jobId);
+      summary.statuses_superseded += superseded;
+      if (!row) continue;
+      try {
+        await post(pool, keyring, row, opts);
+        await finish(pool, row.id, { result: 'delivered' });
+        summary.statuses_delivered++;
+      } catch (err) {
+        const error = err instanceof Error ? err.message : String(err);
+        const age = (Date.now() - row.created_at.getTime()) / 1000;
+        if (err instanceof PermanentError || age >= giveUpAfterS) {
+          await finish(pool, row.id, { result: 'gave_up', error });
+          summary.statuses_given_up++;
+          log('warn', 'gave up posting a commit status', { job_id: jobId, err });
+        } else {
+          const retryInS = Math.min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (row.attempts - 1));
+          await finish(pool, row.id, { retryInS, error });
+          summary.statuses_failed++;
+        }
+      }
+    } catch (err) {
+      log('error', 'delivering commit statuses failed', { job_id: jobId, err });
+    }
+  }
+  return summary;
+}
+
+/** How statuses are posted, from the configuration. */
+export function statusOptions(ctx: AppContext) {
+  return {
+    githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
+    ...(ctx.config.CONDUCTOR_PUBLIC_URL ? { publicUrl: ctx.config.CONDUCTOR_PUBLIC_URL } : {}),
+    giveUpAfterS: ctx.config.CONDUCTOR_STATUS_GIVE_UP_H * 3600,
+  };
+}
+
+/** Posts a job's newest status right after the change that wrote it committed; never throws. */
+export async function deliverJobStatus(ctx: AppContext, jobId: string): Promise<void> {
+  try {
+    await deliverStatuses(ctx.pool, ctx.keyring, { ...statusOptions(ctx), jobId });
+  } catch (err) {
+    log('warn', 'posting a commit status failed; the sweep will retry', { job_id: jobId, err });
+  }
+}
