@@ -116,13 +116,14 @@ const routes: Record<string, Route> = {
     const projectId = pathParam(event, 'id');
     await getProject(ctx.pool, projectId);
     const fullRef = ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
-    const { job } = await createJob(ctx.pool, {
+    const { job, superseded } = await createJob(ctx.pool, {
       projectId,
       ref: fullRef,
       sha,
       trigger: 'manual',
       trusted: true,
     });
+    for (const cancelled of superseded) await deliverJobStatus(ctx, cancelled);
     await dispatchCompile(ctx, job.id);
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },

@@ -48,7 +48,13 @@ interface Claimed {
   pipeline_name: string | null;
 }
 
-/** Supersedes a job's older due rows and claims its newest; null when nothing is due or someone holds it. */
+/**
+ * Claims the newest open row of the commit a job builds, superseding the older
+ * ones; null when it is not due yet or another deliverer holds one. The forge
+ * keeps one status per commit and context, which every job of that commit
+ * shares (a rerun, a manual run of the same commit, the job it superseded), so
+ * rows are ordered per commit, not per job.
+ */
 async function claim(
   pool: Pool,
   jobId: string,
@@ -56,15 +62,16 @@ async function claim(
   return transaction(
     pool,
     async (tx) => {
-      // Locking the job's open rows serialises deliverers of one job.
-      const { rows } = await tx.query<{
-        id: number;
-        claimed: boolean;
-        due: boolean;
-      }>(
-        `select id, coalesce(claimed_until > now(), false) as claimed, next_attempt_at <= now() as due
-           from status_outbox where job_id = $1 and result is null
-          order by id for update`,
+      // Locking the commit's open rows serialises its deliverers.
+      const { rows } = await tx.query<{ id: number; claimed: boolean; due: boolean }>(
+        `select o.id, coalesce(o.claimed_until > now(), false) as claimed,
+                o.next_attempt_at <= now() as due
+           from jobs me
+           join jobs j on j.project_id = me.project_id and j.sha = me.sha
+           join status_outbox o on o.job_id = j.id and o.result is null
+          where me.id = $1
+          order by o.id
+          for update of o`,
         [jobId],
       );
       if (rows.length === 0 || rows.some((r) => r.claimed)) return { row: null, superseded: 0 };
@@ -82,8 +89,8 @@ async function claim(
             set claimed_until = now() + make_interval(secs => $2), attempts = o.attempts + 1
            from jobs j
           where o.id = $1 and j.id = o.job_id
-          returning o.id, o.job_id, o.state, o.description, o.attempts, o.created_at, j.sha, j.project_id,
-                    j.pipeline_name`,
+          returning o.id, o.job_id, o.state, o.description, o.attempts, o.created_at, j.sha,
+                    j.project_id, j.pipeline_name`,
         [newest.id, CLAIM_S],
       );
       return { row: claimed.rows[0] ?? null, superseded: older.length };
@@ -150,18 +157,30 @@ async function post(
           'x-github-api-version': '2022-11-28',
         }
       : { authorization: `token ${token}`, accept: 'application/json' };
-  const res = await (opts.fetch ?? fetch)(url, {
-    method: 'POST',
-    headers: { ...headers, 'content-type': 'application/json', 'user-agent': 'conductor-ci' },
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000),
-  });
+  let res: Response;
+  try {
+    res = await (opts.fetch ?? fetch)(url, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json', 'user-agent': 'conductor-ci' },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000),
+    });
+  } catch (err) {
+    // fetch says only "fetch failed"; the cause names the network error.
+    const cause =
+      err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
+    const message = err instanceof Error ? err.message : String(err);
+    throw new Error(`could not reach ${project.forge} at ${url}: ${message}${cause}`);
+  }
   await res.text().catch(() => '');
   if (res.ok) return;
   const message = `${project.forge} answered HTTP ${res.status} for ${url}`;
   // A refusal (bad token, no such repository or commit) stays a refusal;
   // rate limits and server errors pass.
-  const rateLimited = res.status === 429 || res.headers.get('x-ratelimit-remaining') === '0';
+  const rateLimited =
+    res.status === 429 ||
+    res.headers.get('x-ratelimit-remaining') === '0' ||
+    res.headers.get('retry-after') !== null;
   if (res.status >= 400 && res.status < 500 && res.status !== 408 && !rateLimited) {
     throw new PermanentError(message);
   }
@@ -234,7 +253,12 @@ export function statusOptions(ctx: AppContext) {
 /** Posts a job's newest status right after the change that wrote it committed; never throws. */
 export async function deliverJobStatus(ctx: AppContext, jobId: string): Promise<void> {
   try {
-    await deliverStatuses(ctx.pool, ctx.keyring, { ...statusOptions(ctx), jobId });
+    // A short timeout: the caller answers after this, and the sweep retries.
+    await deliverStatuses(ctx.pool, ctx.keyring, {
+      ...statusOptions(ctx),
+      jobId,
+      timeoutMs: 5_000,
+    });
   } catch (err) {
     log('warn', 'posting a commit status failed; the sweep will retry', { job_id: jobId, err });
   }

@@ -80,6 +80,8 @@ create index jobs_pending on jobs (dispatched_at nulls first) where state = 'pen
 create index jobs_finished on jobs (finished_at) where finished_at is not null;
 -- Cancel superseded: the unfinished jobs of one project and ref.
 create index jobs_unfinished_ref on jobs (project_id, ref) where state in ('pending', 'running');
+-- Commit statuses are ordered per commit: the jobs of one project and sha.
+create index jobs_commit on jobs (project_id, sha);
 -- Deleting a job sets rerun_of null in its reruns; without this it scans jobs.
 create index jobs_rerun_of on jobs (rerun_of) where rerun_of is not null;
 

@@ -84,9 +84,6 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
     ],
   );
   const job = rows[0]!;
-  // Held back a few seconds: a compile that starts the job at once replaces
-  // it with "running", and the forge sees one status instead of two.
-  await enqueueStatus(tx, job.id, 'pending', 'waiting for the pipeline to be read', 5);
   let superseded: string[] = [];
   if (settings.cancel_superseded && supersedes(input)) {
     const older = await tx.query<{ id: string }>(
@@ -101,6 +98,10 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
       `superseded by job #${job.number}`,
     );
   }
+  // After the cancels of superseded jobs, so on a commit they share this row
+  // is the newer. Held back a few seconds: a compile that starts the job at
+  // once replaces it with "running", and the forge sees one status, not two.
+  await enqueueStatus(tx, job.id, 'pending', 'waiting for the pipeline to be read', 5);
   return { job, duplicate: false, superseded };
 }
 

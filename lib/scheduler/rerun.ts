@@ -87,7 +87,13 @@ export async function rerunJob(
         where id = $1 returning *`,
         [job.id, old.pipeline_name],
       );
-      await enqueueStatus(tx, job.id, 'pending', `running ${specs.length} tasks (a rerun)`);
+      const n = specs.length;
+      await enqueueStatus(
+        tx,
+        job.id,
+        'pending',
+        `running ${n} task${n === 1 ? '' : 's'} (a rerun)`,
+      );
       return { job: started.rows[0]!, dispatch: false };
     },
     // READ COMMITTED because createJobTx needs it. Only the first job's

@@ -1,0 +1,348 @@
+// The forge down for a while and then back: posts fail and are retried by the
+// sweep with backoff, nothing is lost, and once the forge answers again it
+// receives the job's newest state only, once, never an older one after it.
+// The sweep is driven by hand (runSweep), and instead of waiting for a backoff
+// the tests move next_attempt_at into the past.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { runSweep } from '../../lib/sweeper.ts';
+import { sha } from '../e2e/support.ts';
+import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
+import { testStack } from '../helpers/stack.ts';
+import {
+  makeDue,
+  makeProject,
+  outbox,
+  outboxIdle,
+  pipelineFile,
+  push,
+  runTasks,
+  seen,
+  seenAnswered,
+  statusesSettled,
+  waitUntil,
+} from './support.ts';
+
+const fake = await startFakeStatusForge();
+const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
+
+const TWO_TASKS = `  build:
+    script: [make]
+  test:
+    needs: [build]
+    script: [make test]
+`;
+
+/** Ranks a post in a job's life: the start, then the end. */
+function rank(description: string, state: string): number {
+  if (state !== 'pending') return 2;
+  return description.startsWith('running') ? 1 : 0;
+}
+
+function neverBackwards(posts: { body: { state: string; description: string } }[]): void {
+  const ranks = posts.map((p) => rank(p.body.description, p.body.state));
+  for (let i = 1; i < ranks.length; i++) {
+    assert.ok(ranks[i]! >= ranks[i - 1]!, `an older state followed a newer one: ${ranks}`);
+  }
+}
+
+test('with the forge answering 500, the start and the end of a job fail; once it is back the sweep posts only the final success, once', async () => {
+  const p = await makeProject(stack, fake, 'github', 'down-500');
+  const commit = sha('down-500');
+  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
+  fake.down(500);
+  try {
+    const jobId = await push(stack, p, commit);
+    await statusesSettled(stack, fake, jobId, commit, 1);
+    let rows = await outbox(stack, jobId);
+    const running = rows[1]!;
+    assert.equal(running.description, 'running 2 tasks');
+    assert.equal(running.result, null, 'a failed post is kept for the sweep');
+    assert.equal(running.attempts, 1);
+    assert.equal(
+      running.last_error,
+      `github answered HTTP 500 for ${fake.url}/repos/${p.repo}/statuses/${commit}`,
+    );
+    assert.ok(running.next_in_s > 0 && running.next_in_s <= 5, `backoff ${running.next_in_s}`);
+
+    // Not due yet: the sweep leaves it.
+    const early = await runSweep(stack.context);
+    assert.equal(early.statuses_failed, 0);
+    assert.equal(fake.statusesFor(commit).length, 1);
+
+    // Due: the sweep tries again and counts the failure.
+    await makeDue(stack, jobId);
+    const retried = await runSweep(stack.context);
+    assert.equal(retried.statuses_failed, 1);
+    assert.equal(retried.statuses_delivered, 0);
+    rows = await outbox(stack, jobId);
+    assert.equal(rows[1]!.attempts, 2);
+    assert.ok(rows[1]!.next_in_s > 5 && rows[1]!.next_in_s <= 10, `backoff ${rows[1]!.next_in_s}`);
+
+    // The job finishes while the forge is still down: the completion's own
+    // delivery supersedes "running" and fails to post "success".
+    assert.equal((await runTasks(stack, p)).at(-1), 'success');
+    rows = await outboxIdle(stack, jobId);
+    assert.deepEqual(
+      rows.map((r) => [r.description, r.result, r.attempts]),
+      [
+        ['waiting for the pipeline to be read', 'superseded', 0],
+        ['running 2 tasks', 'superseded', 2],
+        ['2 passed', null, 1],
+      ],
+    );
+
+    fake.up();
+    const notYet = await runSweep(stack.context);
+    assert.equal(notYet.statuses_delivered, 0, 'the backoff is honoured after the forge is back');
+    await makeDue(stack, jobId);
+    const back = await runSweep(stack.context);
+    assert.equal(back.statuses_delivered, 1);
+    assert.equal(back.statuses_failed, 0);
+
+    const posts = fake.statusesFor(commit);
+    assert.deepEqual(seenAnswered(posts), [
+      'pending: running 2 tasks -> 500',
+      'pending: running 2 tasks -> 500',
+      'success: 2 passed -> 500',
+      'success: 2 passed -> 201',
+    ]);
+    assert.deepEqual(seen(fake.acceptedFor(commit)), ['success: 2 passed']);
+    neverBackwards(posts);
+    assert.equal((await outbox(stack, jobId)).at(-1)!.result, 'delivered');
+
+    // Nothing is left: more sweeps post nothing.
+    await makeDue(stack, jobId);
+    await runSweep(stack.context);
+    assert.equal(fake.statusesFor(commit).length, 4);
+  } finally {
+    fake.up();
+  }
+});
+
+test('two state changes while the forge is down and the first post still in flight: the sweep supersedes the older and posts only the final one', async () => {
+  const p = await makeProject(stack, fake, 'github', 'down-held');
+  const commit = sha('down-held');
+  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS, 'api'));
+  fake.down(500);
+  fake.hold();
+  try {
+    const jobId = await push(stack, p, commit);
+    // The start's post is in flight: its row is claimed.
+    await fake.waitForStatuses(commit, 1);
+    assert.ok((await outbox(stack, jobId))[1]!.claimed);
+
+    // The job runs to success meanwhile; the completion's delivery finds the
+    // job's row held and leaves the new one to the sweep.
+    assert.equal((await runTasks(stack, p)).at(-1), 'success');
+    assert.equal(fake.statusesFor(commit).length, 1);
+
+    fake.release();
+    const rows = await outboxIdle(stack, jobId);
+    assert.deepEqual(
+      rows.map((r) => [r.description, r.result, r.attempts]),
+      [
+        ['waiting for the pipeline to be read', 'superseded', 0],
+        ['running 2 tasks', null, 1],
+        ['2 passed', null, 0],
+      ],
+    );
+
+    // Still down: the sweep supersedes "running" and fails to post "success".
+    const down = await runSweep(stack.context);
+    assert.equal(down.statuses_superseded, 1);
+    assert.equal(down.statuses_failed, 1);
+    assert.equal(down.statuses_delivered, 0);
+
+    fake.up();
+    await makeDue(stack, jobId);
+    const back = await runSweep(stack.context);
+    assert.equal(back.statuses_delivered, 1);
+    assert.equal(back.statuses_superseded, 0);
+
+    const posts = fake.statusesFor(commit);
+    assert.deepEqual(seenAnswered(posts), [
+      'pending: running 2 tasks -> 500',
+      'success: 2 passed -> 500',
+      'success: 2 passed -> 201',
+    ]);
+    assert.deepEqual(
+      fake.acceptedFor(commit).map((s) => s.body.context),
+      ['conductor/api'],
+    );
+    neverBackwards(posts);
+  } finally {
+    fake.release();
+    fake.up();
+  }
+});
+
+test('on Gitea with dropped connections, a cancel while down is kept and posted alone once the forge is back', async () => {
+  const p = await makeProject(stack, fake, 'gitea', 'down-reset');
+  const commit = sha('down-reset');
+  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
+  fake.down('reset');
+  try {
+    const jobId = await push(stack, p, commit);
+    await statusesSettled(stack, fake, jobId, commit, 1);
+    const failed = (await outbox(stack, jobId))[1]!;
+    assert.equal(failed.result, null);
+    assert.match(
+      failed.last_error ?? '',
+      /^could not reach gitea at http:\/\/127\.0\.0\.1:\d+\/api\/v1\/repos\/.+\/statuses\/[0-9a-f]+: fetch failed: /,
+      'the network error is recorded with the URL and its cause',
+    );
+
+    const cancel = await stack.call('POST', `/v1/jobs/${jobId}/cancel`, {
+      token: stack.adminToken,
+    });
+    assert.equal(cancel.status, 200, cancel.text);
+    await outboxIdle(stack, jobId);
+    assert.deepEqual(seenAnswered(fake.statusesFor(commit)), [
+      'pending: running 2 tasks -> reset',
+      'error: cancelled: cancelled through the API -> reset',
+    ]);
+
+    await makeDue(stack, jobId);
+    const still = await runSweep(stack.context);
+    assert.equal(still.statuses_failed, 1);
+
+    fake.up();
+    await makeDue(stack, jobId);
+    const back = await runSweep(stack.context);
+    assert.equal(back.statuses_delivered, 1);
+    const accepted = fake.acceptedFor(commit);
+    assert.deepEqual(seen(accepted), ['error: cancelled: cancelled through the API']);
+    assert.equal(accepted[0]!.path, `/api/v1/repos/${p.repo}/statuses/${commit}`);
+    assert.equal(accepted[0]!.authorization, `token ${p.forgeToken}`);
+  } finally {
+    fake.up();
+  }
+});
+
+test('the retry backoff doubles from 5 s and stops growing at 10 minutes', async () => {
+  const p = await makeProject(stack, fake, 'github', 'backoff');
+  const commit = sha('backoff');
+  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
+  fake.down(503);
+  try {
+    const jobId = await push(stack, p, commit);
+    await statusesSettled(stack, fake, jobId, commit, 1);
+    const waits: number[] = [(await outbox(stack, jobId))[1]!.next_in_s];
+    for (let i = 0; i < 3; i++) {
+      await makeDue(stack, jobId);
+      assert.equal((await runSweep(stack.context)).statuses_failed, 1);
+      waits.push((await outbox(stack, jobId))[1]!.next_in_s);
+    }
+    // Each wait is measured a moment after it was set: a little under the step.
+    for (const [i, step] of [5, 10, 20, 40].entries()) {
+      assert.ok(waits[i]! > step - 2 && waits[i]! <= step, `wait ${i + 1}: ${waits[i]} s`);
+    }
+
+    await stack.context.pool.query(
+      'update status_outbox set attempts = 15 where job_id = $1 and result is null',
+      [jobId],
+    );
+    await makeDue(stack, jobId);
+    assert.equal((await runSweep(stack.context)).statuses_failed, 1);
+    const capped = (await outbox(stack, jobId))[1]!;
+    assert.equal(capped.attempts, 16);
+    assert.ok(capped.next_in_s > 598 && capped.next_in_s <= 600, `capped: ${capped.next_in_s} s`);
+  } finally {
+    fake.up();
+  }
+  const jobs = await stack.context.pool.query<{ job_id: string }>(
+    `select job_id from status_outbox where result is null`,
+  );
+  for (const { job_id } of jobs.rows) await makeDue(stack, job_id);
+  await runSweep(stack.context);
+  assert.deepEqual(seen(fake.acceptedFor(commit)), ['pending: running 2 tasks']);
+});
+
+test('a compile that cannot read the pipeline leaves the creation status, which is posted once due; the start follows when the forge is back', async () => {
+  const p = await makeProject(stack, fake, 'github', 'slow-compile');
+  const commit = sha('slow-compile');
+  fake.setFile(p.repo, commit, pipelineFile(p.label, '  only:\n    script: [make]\n'));
+  // Everything down: the pipeline file cannot be read either.
+  fake.down(502, { files: true });
+  let jobId: string;
+  try {
+    jobId = await push(stack, p, commit);
+    await waitUntil('the compile noted the forge error', async () => {
+      const { rows } = await stack.context.pool.query<{ error: string | null }>(
+        'select error from jobs where id = $1',
+        [jobId],
+      );
+      return rows[0]?.error != null;
+    });
+    const [creation] = await outboxIdle(stack, jobId);
+    assert.equal(creation!.description, 'waiting for the pipeline to be read');
+    assert.equal(creation!.attempts, 0, 'held back: nothing was posted yet');
+    assert.ok(creation!.next_in_s > 0 && creation!.next_in_s <= 5);
+  } finally {
+    fake.up();
+  }
+  assert.equal(fake.statusesFor(commit).length, 0);
+
+  // Its 5 s pass with the job still pending: the sweep posts it.
+  await makeDue(stack, jobId);
+  const posted = await runSweep(stack.context);
+  assert.equal(posted.statuses_delivered, 1);
+  assert.deepEqual(seen(fake.statusesFor(commit)), [
+    'pending: waiting for the pipeline to be read',
+  ]);
+
+  // The lost compile is dispatched again; it starts the job, and that is posted.
+  await stack.context.pool.query(
+    `update jobs set dispatched_at = now() - interval '1 hour' where id = $1`,
+    [jobId],
+  );
+  const redispatched = await runSweep(stack.context);
+  assert.equal(redispatched.compiles_redispatched, 1);
+  const posts = await statusesSettled(stack, fake, jobId, commit, 2);
+  assert.deepEqual(seen(posts), [
+    'pending: waiting for the pipeline to be read',
+    'pending: running 1 task',
+  ]);
+  assert.equal((await runTasks(stack, p)).at(-1), 'success');
+  assert.deepEqual(seen(fake.acceptedFor(commit)), [
+    'pending: waiting for the pipeline to be read',
+    'pending: running 1 task',
+    'success: 1 passed',
+  ]);
+});
+
+test('a job whose pipeline still cannot be read after its last compile attempt is failed by the sweep, which posts the error in the same run', async () => {
+  const p = await makeProject(stack, fake, 'github', 'never-read');
+  const commit = sha('never-read');
+  // Only the file reads fail; statuses are taken.
+  fake.files.down(500);
+  try {
+    const jobId = await push(stack, p, commit);
+    await waitUntil('the compile noted the forge error', async () => {
+      const { rows } = await stack.context.pool.query<{ error: string | null }>(
+        'select error from jobs where id = $1',
+        [jobId],
+      );
+      return rows[0]?.error != null;
+    });
+    await stack.context.pool.query(
+      `update jobs set compile_attempts = 5, dispatched_at = now() - interval '1 hour'
+        where id = $1`,
+      [jobId],
+    );
+    const summary = await runSweep(stack.context);
+    assert.equal(summary.compiles_failed, 1);
+    assert.equal(summary.statuses_delivered, 1);
+    assert.equal(summary.statuses_superseded, 1, 'the creation status, never posted');
+    const posts = fake.statusesFor(commit);
+    assert.equal(posts.length, 1);
+    assert.equal(posts[0]!.body.state, 'error');
+    assert.match(
+      posts[0]!.body.description,
+      /^the pipeline could not be read after 5 attempts: .*500/,
+    );
+  } finally {
+    fake.files.up();
+  }
+});

@@ -1,0 +1,276 @@
+// The statuses a forge receives for each kind of job, in order, through the
+// local stack: a signed push, the in-process compile, a runner on the HTTP
+// routes, the cancel route and the sweep. The GitHub and Gitea files run these
+// with their own forge; the GitHub one with CONDUCTOR_PUBLIC_URL set.
+//
+// About the creation status: creating a job writes `pending: waiting for the
+// pipeline to be read` held back 5 s. The in-process compile starts the job
+// within milliseconds and writes `pending: running N tasks` in the same
+// transaction that starts it; its delivery finds both rows open, marks the
+// older one superseded, and posts only the newer. So the forge never sees the
+// creation status here: the tests assert the exact posts, check the creation
+// row is `superseded` (final, so it can never be posted later), and end with a
+// sweep that posts nothing more and leaves no row open.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { runSweep } from '../../lib/sweeper.ts';
+import { claimTask, complete, type Forge, sha } from '../e2e/support.ts';
+import type { FakeStatusForge } from '../helpers/fake-status-forge.ts';
+import type { TestStack } from '../helpers/stack.ts';
+import {
+  assertPost,
+  makeProject,
+  outbox,
+  outboxIdle,
+  pipelineFile,
+  push,
+  runTasks,
+  seen,
+  statusesSettled,
+} from './support.ts';
+
+const THREE_TASKS = `  build:
+    script: [make]
+  test:
+    needs: [build]
+    script: [make test]
+  lint:
+    allow_failure: true
+    script: [make lint]
+`;
+
+const TWO_TASKS = `  build:
+    script: [make]
+  test:
+    needs: [build]
+    script: [make test]
+`;
+
+export function sequenceTests(
+  forge: Forge,
+  stack: TestStack,
+  fake: FakeStatusForge,
+  opts: { publicUrl?: string } = {},
+): void {
+  const target = (jobId: string) =>
+    opts.publicUrl ? `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${jobId}` : undefined;
+
+  /** After the sequence, a sweep finds nothing left to post for the commit. */
+  async function nothingMore(commit: string, count: number, jobId: string) {
+    const summary = await runSweep(stack.context);
+    assert.equal(summary.statuses_delivered, 0, 'nothing was left for the sweep');
+    assert.equal(fake.statusesFor(commit).length, count, 'the sweep posted nothing more');
+    const open = (await outbox(stack, jobId)).filter((r) => r.result === null);
+    assert.deepEqual(open, [], 'no outbox row is left open');
+  }
+
+  test(`${forge}: a successful job shows pending "running 3 tasks", then success "2 passed, 1 allowed to fail", as conductor/<name>`, async () => {
+    const p = await makeProject(stack, fake, forge, `${forge}-green`, {
+      // A forge_url with a trailing slash still gives one slash before /api/v1.
+      ...(forge === 'gitea' ? { forgeUrl: `${fake.url}/` } : {}),
+    });
+    const commit = sha(`${forge}-green`);
+    fake.setFile(p.repo, commit, pipelineFile(p.label, THREE_TASKS, 'backend'));
+
+    const jobId = await push(stack, p, commit);
+    const [running] = await statusesSettled(stack, fake, jobId, commit, 1);
+    assertPost(running!, p, commit, {
+      state: 'pending',
+      context: 'conductor/backend',
+      description: 'running 3 tasks',
+      targetUrl: target(jobId),
+    });
+    assert.equal(running!.answered, 201);
+    // The creation status was superseded by the start, never posted.
+    assert.deepEqual(
+      (await outbox(stack, jobId)).map((r) => [r.state, r.description, r.result]),
+      [
+        ['pending', 'waiting for the pipeline to be read', 'superseded'],
+        ['pending', 'running 3 tasks', 'delivered'],
+      ],
+    );
+
+    const reported = await runTasks(stack, p, { lint: 'failed' });
+    assert.equal(reported.at(-1), 'success');
+    const posts = fake.statusesFor(commit);
+    assert.deepEqual(seen(posts), [
+      'pending: running 3 tasks',
+      'success: 2 passed, 1 allowed to fail',
+    ]);
+    assertPost(posts[1]!, p, commit, {
+      state: 'success',
+      context: 'conductor/backend',
+      description: '2 passed, 1 allowed to fail',
+      targetUrl: target(jobId),
+    });
+    await nothingMore(commit, 2, jobId);
+  });
+
+  test(`${forge}: a failed job shows pending, then failure "0 passed, 1 failed, 1 skipped", as plain conductor without a pipeline name`, async () => {
+    const p = await makeProject(stack, fake, forge, `${forge}-red`);
+    const commit = sha(`${forge}-red`);
+    fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
+
+    const jobId = await push(stack, p, commit);
+    await statusesSettled(stack, fake, jobId, commit, 1);
+    const reported = await runTasks(stack, p, { build: 'failed' });
+    assert.deepEqual(reported, ['failed'], 'the failed build settles the job; test is skipped');
+
+    const posts = fake.statusesFor(commit);
+    // The summary always starts with the passed count, even when it is 0.
+    assert.deepEqual(seen(posts), [
+      'pending: running 2 tasks',
+      'failure: 0 passed, 1 failed, 1 skipped',
+    ]);
+    assertPost(posts[0]!, p, commit, {
+      state: 'pending',
+      context: 'conductor',
+      description: 'running 2 tasks',
+      targetUrl: target(jobId),
+    });
+    assertPost(posts[1]!, p, commit, {
+      state: 'failure',
+      context: 'conductor',
+      description: '0 passed, 1 failed, 1 skipped',
+      targetUrl: target(jobId),
+    });
+    await nothingMore(commit, 2, jobId);
+  });
+
+  test(`${forge}: a job cancelled through the API shows pending, then error "cancelled: …", and nothing after the runner stops`, async () => {
+    const p = await makeProject(stack, fake, forge, `${forge}-stop`);
+    const commit = sha(`${forge}-stop`);
+    fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS, 'deploy'));
+
+    const jobId = await push(stack, p, commit);
+    await statusesSettled(stack, fake, jobId, commit, 1);
+    const build = await claimTask(stack, p.runner);
+
+    const cancel = await stack.call('POST', `/v1/jobs/${jobId}/cancel`, {
+      token: stack.adminToken,
+    });
+    assert.equal(cancel.status, 200, cancel.text);
+    assert.equal(cancel.body.job.state, 'cancelled');
+    // Posted before the route answered.
+    const posts = fake.statusesFor(commit);
+    assert.deepEqual(seen(posts), [
+      'pending: running 2 tasks',
+      'error: cancelled: cancelled through the API',
+    ]);
+    assertPost(posts[1]!, p, commit, {
+      state: 'error',
+      context: 'conductor/deploy',
+      description: 'cancelled: cancelled through the API',
+      targetUrl: target(jobId),
+    });
+
+    // The runner hears of the cancel and reports it; the job does not change again.
+    const stopped = await complete(stack, p.runner, build.id, {
+      lease_id: build.lease_id,
+      outcome: 'cancelled',
+    });
+    assert.equal(stopped.status, 200, stopped.text);
+    assert.equal(stopped.body.job_state, null);
+    await nothingMore(commit, 2, jobId);
+  });
+
+  test(`${forge}: a job superseded by a newer push shows error "cancelled: superseded by job #2" on its commit`, async () => {
+    const p = await makeProject(stack, fake, forge, `${forge}-older`);
+    const first = sha(`${forge}-older-1`);
+    const second = sha(`${forge}-older-2`);
+    fake.setFile(p.repo, first, pipelineFile(p.label, TWO_TASKS));
+    fake.setFile(p.repo, second, pipelineFile(p.label, TWO_TASKS));
+
+    const firstJob = await push(stack, p, first, 'refs/heads/feature');
+    await statusesSettled(stack, fake, firstJob, first, 1);
+    const secondJob = await push(stack, p, second, 'refs/heads/feature');
+    // The webhook posts the cancel before it answers; the new job's start follows its compile.
+    assert.deepEqual(seen(fake.statusesFor(first)), [
+      'pending: running 2 tasks',
+      'error: cancelled: superseded by job #2',
+    ]);
+    assertPost(fake.statusesFor(first)[1]!, p, first, {
+      state: 'error',
+      context: 'conductor',
+      description: 'cancelled: superseded by job #2',
+      targetUrl: target(firstJob),
+    });
+    const [started] = await statusesSettled(stack, fake, secondJob, second, 1);
+    assertPost(started!, p, second, {
+      state: 'pending',
+      context: 'conductor',
+      description: 'running 2 tasks',
+      targetUrl: target(secondJob),
+    });
+    await nothingMore(first, 2, firstJob);
+    assert.equal(fake.statusesFor(second).length, 1);
+  });
+
+  test(`${forge}: a broken pipeline shows one error naming its errors, as plain conductor, and nothing before it`, async () => {
+    const p = await makeProject(stack, fake, forge, `${forge}-broken`);
+    const commit = sha(`${forge}-broken`);
+    fake.setFile(
+      p.repo,
+      commit,
+      pipelineFile(
+        p.label,
+        `  build:
+    scirpt: [make]
+  test:
+    needs: [biuld]
+    script: [make test]
+`,
+        'backend',
+      ),
+    );
+
+    const jobId = await push(stack, p, commit);
+    const posts = await statusesSettled(stack, fake, jobId, commit, 1);
+    const description =
+      'the pipeline has 3 errors: .conductor.yml:7:5: tasks.build: missing required key "script"';
+    assert.deepEqual(seen(posts), [`error: ${description}`]);
+    // The job never started, so it has no pipeline name: the context is plain
+    // `conductor` although the file says `name: backend`.
+    assertPost(posts[0]!, p, commit, {
+      state: 'error',
+      context: 'conductor',
+      description,
+      targetUrl: target(jobId),
+    });
+    assert.deepEqual(
+      (await outboxIdle(stack, jobId)).map((r) => [r.state, r.result]),
+      [
+        ['pending', 'superseded'],
+        ['error', 'delivered'],
+      ],
+    );
+    await nothingMore(commit, 1, jobId);
+  });
+
+  test(`${forge}: a commit without a pipeline file shows error "no .conductor.yml at <sha>"; a long error is cut to 140 characters`, async () => {
+    const p = await makeProject(stack, fake, forge, `${forge}-nofile`);
+    const bare = sha(`${forge}-nofile`);
+    const jobId = await push(stack, p, bare);
+    const [none] = await statusesSettled(stack, fake, jobId, bare, 1);
+    assertPost(none!, p, bare, {
+      state: 'error',
+      context: 'conductor',
+      description: `no .conductor.yml at ${bare}`,
+      targetUrl: target(jobId),
+    });
+
+    const long = sha(`${forge}-long`);
+    fake.setFile(
+      p.repo,
+      long,
+      pipelineFile(p.label, `  build:\n    needs: [${'x'.repeat(150)}]\n    script: [make]\n`),
+    );
+    const longJob = await push(stack, p, long, 'refs/heads/long');
+    const [cut] = await statusesSettled(stack, fake, longJob, long, 1);
+    assert.equal(cut!.body.state, 'error');
+    assert.equal(cut!.body.description.length, 140);
+    assert.ok(cut!.body.description.startsWith('the pipeline has 1 error: .conductor.yml:'));
+    assert.ok(cut!.body.description.endsWith('…'));
+    assert.equal(cut!.answered, 201);
+  });
+}

@@ -1,0 +1,221 @@
+// Shared pieces of the commit-status tests: a project on the fake forge with a
+// runner of its own, pushes, a simulated runner, and reads of the outbox.
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  claim,
+  complete,
+  createProject,
+  createWorker,
+  type Forge,
+  giteaPush,
+  githubPush,
+  type Json,
+  sendWebhook,
+} from '../e2e/support.ts';
+import type { FakeStatusForge, StatusPost } from '../helpers/fake-status-forge.ts';
+import type { TestStack } from '../helpers/stack.ts';
+
+export interface StatusProject {
+  id: string;
+  forge: Forge;
+  /** `owner/name` */
+  repo: string;
+  /** The webhook secret. */
+  secret: string;
+  /** The forge token, or null for a project without one. */
+  forgeToken: string | null;
+  /** The label every task of this project carries, and the runner's token that has it. */
+  label: string;
+  runner: string;
+  view: Record<string, Json>;
+}
+
+/**
+ * A project on the fake forge (GitHub through CONDUCTOR_GITHUB_API_URL, Gitea
+ * through forge_url) with a forge token unless `forgeToken: null`, and a runner
+ * registered with a label of its own so tests sharing a database never take
+ * each other's tasks.
+ */
+export async function makeProject(
+  stack: TestStack,
+  fake: FakeStatusForge,
+  forge: Forge,
+  id: string,
+  opts: { forgeToken?: string | null; repoUrl?: string; forgeUrl?: string } = {},
+): Promise<StatusProject> {
+  const repo = `${forge === 'github' ? 'octo-org' : 'harbor'}/${id}`;
+  const forgeToken = opts.forgeToken === undefined ? `${forge}-token-${id}` : opts.forgeToken;
+  const { project, secret } = await createProject(stack, {
+    id,
+    name: id,
+    forge,
+    repo,
+    repo_url: opts.repoUrl ?? `https://${forge}.example/${repo}.git`,
+    ...(forgeToken === null ? {} : { forge_token: forgeToken }),
+    ...(forge === 'gitea' ? { forge_url: opts.forgeUrl ?? fake.url } : {}),
+  });
+  const { token } = await createWorker(stack, [id], `runner-${id}`);
+  return { id, forge, repo, secret, forgeToken, label: id, runner: token, view: project };
+}
+
+/** A `.conductor.yml` whose tasks all carry `label`; `name` sets the pipeline's `name:`. */
+export function pipelineFile(label: string, tasks: string, name?: string): string {
+  return `version: 1
+${name ? `name: ${name}\n` : ''}defaults:
+  labels: [${label}]
+tasks:
+${tasks}`;
+}
+
+/** Sends a signed push of `commit` to `ref`; answers the job id. */
+export async function push(
+  stack: TestStack,
+  p: StatusProject,
+  commit: string,
+  ref = 'refs/heads/main',
+): Promise<string> {
+  const payload =
+    p.forge === 'github' ? githubPush(p.repo, commit, { ref }) : giteaPush(p.repo, commit, { ref });
+  const hook = await sendWebhook(stack, p.forge, 'push', payload, { secret: p.secret });
+  assert.equal(hook.status, 202, hook.text);
+  return hook.body.job_id;
+}
+
+/**
+ * Plays the project's runner: claims every task there is and completes it with
+ * the outcome `outcomes` names for it (default success), until none is left.
+ * Answers the job states the completions reported, in order.
+ */
+export async function runTasks(
+  stack: TestStack,
+  p: StatusProject,
+  outcomes: Record<string, 'success' | 'failed'> = {},
+): Promise<(string | null)[]> {
+  const reported: (string | null)[] = [];
+  for (;;) {
+    const res = await claim(stack, p.runner);
+    if (res.status === 204) return reported;
+    assert.equal(res.status, 200, res.text);
+    const task = res.body.task;
+    const outcome = outcomes[task.name] ?? 'success';
+    const done = await complete(stack, p.runner, task.id, {
+      lease_id: task.lease_id,
+      outcome,
+      exit_code: outcome === 'success' ? 0 : 1,
+    });
+    assert.equal(done.status, 200, done.text);
+    reported.push(done.body.job_state);
+  }
+}
+
+export interface OutboxRow {
+  id: number;
+  state: string;
+  description: string;
+  attempts: number;
+  result: string | null;
+  last_error: string | null;
+  claimed: boolean;
+  due: boolean;
+  /** Seconds from now until the next attempt (negative when due). */
+  next_in_s: number;
+}
+
+/** The job's outbox rows, oldest first. */
+export async function outbox(stack: TestStack, jobId: string): Promise<OutboxRow[]> {
+  const { rows } = await stack.context.pool.query<OutboxRow>(
+    `select id::int as id, state, description, attempts, result, last_error,
+            coalesce(claimed_until > now(), false) as claimed,
+            next_attempt_at <= now() as due,
+            extract(epoch from next_attempt_at - now())::float8 as next_in_s
+       from status_outbox where job_id = $1 order by id`,
+    [jobId],
+  );
+  return rows;
+}
+
+/** Polls until `check` holds (5 s at most). */
+export async function waitUntil(what: string, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
+    await sleep(10);
+  }
+}
+
+/**
+ * Waits until no deliverer holds a row of the job: what a post-commit delivery
+ * started (after an in-process compile, say) has then finished writing its outcome.
+ */
+export async function outboxIdle(stack: TestStack, jobId: string): Promise<OutboxRow[]> {
+  let rows: OutboxRow[] = [];
+  await waitUntil(`no outbox row of job ${jobId} is claimed`, async () => {
+    rows = await outbox(stack, jobId);
+    return rows.every((r) => !r.claimed);
+  });
+  return rows;
+}
+
+/** Waits for `count` status posts on `commit` and for their deliverers to finish. */
+export async function statusesSettled(
+  stack: TestStack,
+  fake: FakeStatusForge,
+  jobId: string,
+  commit: string,
+  count: number,
+): Promise<StatusPost[]> {
+  await fake.waitForStatuses(commit, count);
+  await outboxIdle(stack, jobId);
+  return fake.statusesFor(commit);
+}
+
+/** Makes the job's open rows due now, as if their backoff (or hold-back) had passed. */
+export async function makeDue(stack: TestStack, jobId: string): Promise<void> {
+  await stack.context.pool.query(
+    `update status_outbox set next_attempt_at = now() - interval '1 second'
+      where job_id = $1 and result is null`,
+    [jobId],
+  );
+}
+
+/** `state: description` of each post, for comparing whole sequences. */
+export function seen(posts: StatusPost[]): string[] {
+  return posts.map((p) => `${p.body?.state}: ${p.body?.description}`);
+}
+
+/** `state: description` of each post, with what the fake answered. */
+export function seenAnswered(posts: StatusPost[]): string[] {
+  return posts.map((p) => `${p.body?.state}: ${p.body?.description} -> ${p.answered}`);
+}
+
+/**
+ * Checks a post's path, auth header and body for the project's forge: GitHub
+ * `/repos/…/statuses/{sha}` with a Bearer token, Gitea `/api/v1/repos/…` with
+ * `token`; the body has exactly state, context, description and, only with a
+ * public URL, target_url.
+ */
+export function assertPost(
+  post: StatusPost,
+  p: StatusProject,
+  commit: string,
+  expected: { state: string; description: string; context: string; targetUrl?: string },
+): void {
+  if (p.forge === 'github') {
+    assert.equal(post.api, 'github');
+    assert.equal(post.path, `/repos/${p.repo}/statuses/${commit}`);
+    assert.equal(post.authorization, `Bearer ${p.forgeToken}`);
+    assert.equal(post.headers.accept, 'application/vnd.github+json');
+  } else {
+    assert.equal(post.api, 'gitea');
+    assert.equal(post.path, `/api/v1/repos/${p.repo}/statuses/${commit}`);
+    assert.equal(post.authorization, `token ${p.forgeToken}`);
+  }
+  assert.match(String(post.headers['content-type']), /^application\/json/);
+  assert.deepEqual(post.body, {
+    state: expected.state,
+    context: expected.context,
+    description: expected.description,
+    ...(expected.targetUrl ? { target_url: expected.targetUrl } : {}),
+  });
+}
