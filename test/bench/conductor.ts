@@ -1,0 +1,537 @@
+// Conductor's side of the benchmark: task cycles at the library level and
+// through the local HTTP server, the HTTP ceiling, empty claims and their WAL,
+// claim latency against history, job shapes, and webhook to first claimable task.
+import type { AddressInfo } from 'node:net';
+import { createPool, migrate, type Pool } from '../../lib/db/index.ts';
+import { signBody } from '../../lib/forge/webhook.ts';
+import { type HttpEvent, httpFunction, type Reply } from '../../lib/http/index.ts';
+import { createLocalServer, type Handlers } from '../../lib/local/server.ts';
+import { type LocalStack, startLocalStack } from '../../lib/local/stack.ts';
+import { claimTask, completeTask } from '../../lib/scheduler/index.ts';
+import type { TaskSpec } from '../../lib/scheduler/types.ts';
+import { giteaPush, sha as shaOf } from '../e2e/support.ts';
+import { makeProject, makeWorker, spec, startedJob } from '../helpers/fixtures.ts';
+import { type HttpClient, httpClient, nowMs, percentile, type Rate, rate, sleep } from './util.ts';
+
+let labels = 0;
+/** A label no earlier run used: each run claims only its own tasks. */
+const freshLabel = () => `bench${++labels}-${process.pid}`;
+
+export type Shape = 'jobs' | 'wide' | 'fan';
+
+/** Task specs of one job: `n` independent tasks, or 1 → n-2 → 1. */
+function jobSpecs(n: number, label: string, fan: boolean): TaskSpec[] {
+  if (!fan) return Array.from({ length: n }, (_, i) => spec(`t${i}`, { labels: [label] }));
+  const middle = Array.from({ length: n - 2 }, (_, i) =>
+    spec(`m${i}`, { labels: [label], needs: ['root'] }),
+  );
+  return [
+    spec('root', { labels: [label] }),
+    ...middle,
+    spec('tail', { labels: [label], needs: middle.map((t) => t.name) }),
+  ];
+}
+
+/** Queues `total` no-op tasks: jobs of `jobSize`, one job of all, or one fan-out/fan-in job. */
+export async function queueTasks(
+  pool: Pool,
+  total: number,
+  shape: Shape,
+  jobSize: number,
+): Promise<string> {
+  const label = freshLabel();
+  const project = await makeProject(pool, { cancelSuperseded: false });
+  if (shape === 'jobs') {
+    for (let done = 0; done < total; done += jobSize) {
+      await startedJob(pool, project, jobSpecs(Math.min(jobSize, total - done), label, false));
+    }
+  } else {
+    await startedJob(pool, project, jobSpecs(total, label, shape === 'fan'));
+  }
+  return label;
+}
+
+export interface CycleResult extends Rate {
+  /** Claim calls made (successful or empty). */
+  claims: number;
+  /** 40001/40P01 retries reported by claimTask's onRetries. */
+  retries: number;
+  /** Exceptions out of claim or complete (should stay 0). */
+  errors: number;
+}
+
+/**
+ * Library level: `concurrency` loops on one pool of that size, each claiming
+ * and completing until every task was claimed, or until the deadline.
+ */
+export async function libraryCycles(
+  url: string,
+  concurrency: number,
+  total: number,
+  shape: Shape,
+  jobSize: number,
+  limitMs: number,
+): Promise<CycleResult> {
+  const pool = createPool({ url, max: concurrency });
+  try {
+    const label = await queueTasks(pool, total, shape, jobSize);
+    const workers: string[] = [];
+    for (let i = 0; i < concurrency; i++) workers.push(await makeWorker(pool, [label]));
+    let claimed = 0;
+    let completed = 0;
+    let claims = 0;
+    let retries = 0;
+    let errors = 0;
+    const onRetries = (r: number) => {
+      claims++;
+      retries += r;
+    };
+    const start = nowMs();
+    const deadline = start + limitMs;
+    await Promise.all(
+      workers.map(async (workerId) => {
+        while (claimed < total && nowMs() < deadline) {
+          let task: Awaited<ReturnType<typeof claimTask>>;
+          try {
+            task = await claimTask(pool, workerId, [label], { onRetries });
+          } catch {
+            errors++;
+            continue;
+          }
+          if (!task) {
+            await sleep(1);
+            continue;
+          }
+          claimed++;
+          try {
+            await completeTask(pool, {
+              workerId,
+              taskId: task.id,
+              leaseId: task.lease_id!,
+              outcome: 'success',
+            });
+            completed++;
+          } catch {
+            errors++;
+          }
+        }
+      }),
+    );
+    const ms = nowMs() - start;
+    return { ...rate(completed, total, ms, completed < total), claims, retries, errors };
+  } finally {
+    await pool.end();
+  }
+}
+
+/** The runner's claim → complete loop over HTTP, `tokens.length` runners at once. */
+async function httpLoop(
+  client: HttpClient,
+  tokens: string[],
+  total: number,
+  limitMs: number,
+): Promise<{ result: Rate; errors: number }> {
+  let claimed = 0;
+  let completed = 0;
+  let errors = 0;
+  const start = nowMs();
+  const deadline = start + limitMs;
+  await Promise.all(
+    tokens.map(async (token) => {
+      const auth = { authorization: `Bearer ${token}` };
+      while (claimed < total && nowMs() < deadline) {
+        const res = await client.call('POST', '/v1/runner/claim', {}, auth);
+        if (res.status === 204) {
+          await sleep(1);
+          continue;
+        }
+        if (res.status !== 200) {
+          errors++;
+          continue;
+        }
+        claimed++;
+        const task = (JSON.parse(res.body) as { task: { id: string; lease_id: string } }).task;
+        const done = await client.call(
+          'POST',
+          `/v1/runner/tasks/${task.id}/complete`,
+          { lease_id: task.lease_id, outcome: 'success' },
+          auth,
+        );
+        if (done.status === 200) completed++;
+        else errors++;
+      }
+    }),
+  );
+  return { result: rate(completed, total, nowMs() - start, completed < total), errors };
+}
+
+/** Starts the local stack on `url` with a database pool of `poolMax` connections. */
+export function startStack(url: string, dataDir: string, poolMax: number): Promise<LocalStack> {
+  return startLocalStack(
+    {
+      DATABASE_URL: url,
+      PORT: '0',
+      CONDUCTOR_DATA_DIR: dataDir,
+      CONDUCTOR_DB_POOL_MAX: String(poolMax),
+    },
+    { sweep: false },
+  );
+}
+
+/** Registers a worker through the API; answers its id and token. */
+async function apiWorker(
+  client: HttpClient,
+  adminToken: string,
+  label: string,
+): Promise<{ id: string; token: string }> {
+  const res = await client.call(
+    'POST',
+    '/v1/workers',
+    { name: `bench-${label}`, labels: [label] },
+    { authorization: `Bearer ${adminToken}` },
+  );
+  if (res.status !== 201) throw new Error(`worker registration answered ${res.status} ${res.body}`);
+  const body = JSON.parse(res.body) as { worker: { id: string }; token: string };
+  return { id: body.worker.id, token: body.token };
+}
+
+/** Through the local HTTP server: runners over keep-alive connections, the stack's pool sized to the concurrency. */
+export async function httpCycles(
+  url: string,
+  dataDir: string,
+  concurrency: number,
+  total: number,
+  jobSize: number,
+  limitMs: number,
+): Promise<CycleResult> {
+  const stack = await startStack(url, dataDir, concurrency);
+  const client = httpClient(stack.url, concurrency);
+  try {
+    const label = await queueTasks(stack.context.pool, total, 'jobs', jobSize);
+    const tokens: string[] = [];
+    for (let i = 0; i < concurrency; i++) {
+      tokens.push((await apiWorker(client, stack.adminToken, label)).token);
+    }
+    const { result, errors } = await httpLoop(client, tokens, total, limitMs);
+    return { ...result, claims: 0, retries: 0, errors };
+  } finally {
+    client.close();
+    await stack.stop();
+  }
+}
+
+/**
+ * The HTTP ceiling: the same local server and middleware answering claim and
+ * complete from handlers that return a fixed task and never touch Postgres.
+ */
+export async function httpCeiling(
+  concurrency: number,
+  total: number,
+  limitMs: number,
+): Promise<CycleResult> {
+  const task = {
+    id: '00000000-0000-4000-8000-000000000001',
+    job_id: '00000000-0000-4000-8000-000000000002',
+    name: 't0',
+    lease_id: '00000000-0000-4000-8000-000000000003',
+    attempt: 1,
+    max_attempts: 3,
+    lease_expires_at: new Date().toISOString(),
+    image: null,
+    script: ['true'],
+    env: {},
+    secrets: {},
+    matrix: {},
+    needs_outputs: {},
+    timeout_s: 3600,
+    repo: { url: 'https://forge.test/acme/x', sha: 'a'.repeat(40), ref: 'refs/heads/main' },
+  };
+  const fixed = (reply: Reply) =>
+    httpFunction(async (_event: HttpEvent) => reply, { maxBodyBytes: 8 * 1024 * 1024 });
+  const claim = fixed({ status: 200, body: { task } });
+  const complete = fixed({ status: 200, body: { state: 'success', job_state: null } });
+  const other = fixed({ status: 404, body: {} });
+  const handlers: Handlers = {
+    webhook: other,
+    claim,
+    heartbeat: other,
+    logs: other,
+    complete,
+    api: other,
+  };
+  const server = createLocalServer(handlers);
+  await new Promise<void>((done) => server.listen(0, '127.0.0.1', () => done()));
+  const { port } = server.address() as AddressInfo;
+  const client = httpClient(`http://127.0.0.1:${port}`, concurrency);
+  try {
+    const tokens = Array.from({ length: concurrency }, (_, i) => `cw_fixed${i}`);
+    const { result, errors } = await httpLoop(client, tokens, total, limitMs);
+    return { ...result, claims: 0, retries: 0, errors };
+  } finally {
+    client.close();
+    await new Promise<void>((done) => {
+      server.close(() => done());
+      server.closeIdleConnections();
+    });
+  }
+}
+
+export interface EmptyClaims {
+  concurrency: number;
+  perSecond: number;
+}
+
+/** Claims of a label nothing carries, for `ms` milliseconds, at `concurrency`. */
+export async function emptyClaimRate(
+  url: string,
+  concurrency: number,
+  ms: number,
+): Promise<EmptyClaims> {
+  const pool = createPool({ url, max: concurrency });
+  try {
+    const label = freshLabel();
+    const worker = await makeWorker(pool, [label]);
+    let n = 0;
+    const start = nowMs();
+    const deadline = start + ms;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (nowMs() < deadline) {
+          await claimTask(pool, worker, [label]);
+          n++;
+        }
+      }),
+    );
+    return { concurrency, perSecond: n / ((nowMs() - start) / 1000) };
+  } finally {
+    await pool.end();
+  }
+}
+
+export interface EmptyWal {
+  claims: number;
+  /** WAL bytes the whole server wrote while the claims ran, after a checkpoint and a warm-up. */
+  walBytes: number;
+  /** The same for the warm-up round right after the checkpoint (first-touch hint bits). */
+  warmupWalBytes: number;
+}
+
+/** WAL written by `n` empty library claims in steady state. */
+export async function emptyClaimWal(url: string, n: number): Promise<EmptyWal> {
+  const pool = createPool({ url, max: 1 });
+  const admin = createPool({ url, max: 1 });
+  const lsn = async () =>
+    (await admin.query<{ l: string }>('select pg_current_wal_insert_lsn()::text as l')).rows[0]!.l;
+  const diff = async (a: string, b: string) =>
+    Number(
+      (await admin.query<{ d: string }>('select pg_wal_lsn_diff($2, $1)::text as d', [a, b]))
+        .rows[0]!.d,
+    );
+  try {
+    const label = freshLabel();
+    const worker = await makeWorker(pool, [label]);
+    // Vacuum first, so autovacuum has nothing to do on these tables while we count.
+    await admin.query('vacuum analyze tasks');
+    await admin.query('vacuum analyze jobs');
+    await admin.query('checkpoint');
+    const w0 = await lsn();
+    for (let i = 0; i < 200; i++) await claimTask(pool, worker, [label]);
+    const w1 = await lsn();
+    for (let i = 0; i < n; i++) await claimTask(pool, worker, [label]);
+    const w2 = await lsn();
+    return { claims: n, walBytes: await diff(w1, w2), warmupWalBytes: await diff(w0, w1) };
+  } finally {
+    await pool.end();
+    await admin.end();
+  }
+}
+
+export interface Latency {
+  history: number;
+  samples: number;
+  p50: number;
+  p99: number;
+}
+
+/** Adds `count` finished tasks (jobs of 10) to the history, set-based. */
+export async function addHistory(pool: Pool, from: number, count: number): Promise<void> {
+  const project = 'bench-history';
+  await pool.query(
+    `insert into projects (id, name, forge, repo, repo_url, webhook_secret_enc)
+     values ($1, $1, 'github', 'acme/history', 'https://forge.test/acme/history', 'sealed')
+     on conflict (id) do nothing`,
+    [project],
+  );
+  const firstJob = from / 10 + 1;
+  const lastJob = (from + count) / 10;
+  await pool.query(
+    `insert into jobs (project_id, number, state, trigger, ref, sha, trusted,
+                       created_at, started_at, finished_at)
+     select $1, g, 'success', 'push', 'refs/heads/main', repeat('a', 40), true,
+            now() - interval '2 days' + g * interval '1 ms',
+            now() - interval '2 days' + g * interval '1 ms',
+            now() - interval '2 days' + g * interval '1 ms' + interval '1 minute'
+       from generate_series($2::int, $3::int) g`,
+    [project, firstJob, lastJob],
+  );
+  await pool.query(
+    `insert into tasks (job_id, position, name, base_name, script, state, attempt, max_attempts,
+                        timeout_s, job_created_at, queued_at, started_at, finished_at)
+     select j.id, p, 't' || p, 't' || p, '{true}', 'success', 1, 3, 3600, j.created_at,
+            j.started_at, j.started_at, j.finished_at
+       from jobs j cross join generate_series(0, 9) p
+      where j.project_id = $1 and j.number between $2 and $3`,
+    [project, firstJob, lastJob],
+  );
+  await pool.query('vacuum analyze jobs');
+  await pool.query('vacuum analyze tasks');
+}
+
+/** Claim latency at concurrency 1 over `samples` queued tasks (jobs of 10); each is completed untimed. */
+export async function claimLatency(
+  url: string,
+  history: number,
+  samples: number,
+): Promise<Latency> {
+  const pool = createPool({ url, max: 2 });
+  try {
+    const label = await queueTasks(pool, samples, 'jobs', 10);
+    const worker = await makeWorker(pool, [label]);
+    // A few untimed claims warm the connection and the plan cache.
+    const times: number[] = [];
+    for (let i = 0; i < samples; i++) {
+      const t0 = nowMs();
+      const task = await claimTask(pool, worker, [label]);
+      const t1 = nowMs();
+      if (!task) break;
+      if (i >= 5) times.push(t1 - t0);
+      await completeTask(pool, {
+        workerId: worker,
+        taskId: task.id,
+        leaseId: task.lease_id!,
+        outcome: 'success',
+      });
+    }
+    return {
+      history,
+      samples: times.length,
+      p50: percentile(times, 50),
+      p99: percentile(times, 99),
+    };
+  } finally {
+    await pool.end();
+  }
+}
+
+/** Migrates a fresh database. */
+export async function migrated(url: string): Promise<void> {
+  const pool = createPool({ url, max: 1 });
+  try {
+    await migrate(pool, undefined, () => {});
+  } finally {
+    await pool.end();
+  }
+}
+
+export interface WebhookLatency {
+  samples: number;
+  p50: number;
+  p99: number;
+  failures: number;
+}
+
+/**
+ * Webhook to first claimable task: a signed Gitea push to the local server, a
+ * fake forge serving `.conductor.yml`, and a library claim polled every
+ * millisecond until it answers the job's task.
+ */
+export async function webhookLatency(
+  url: string,
+  dataDir: string,
+  samples: number,
+  limitMs: number,
+): Promise<WebhookLatency> {
+  const { createServer } = await import('node:http');
+  const label = freshLabel();
+  const pipelineText = `version: 1\nname: bench\ndefaults:\n  labels: [${label}]\ntasks:\n  a:\n    script: [make]\n`;
+  const forge = createServer((_req, res) => {
+    res.writeHead(200, {
+      'content-type': 'text/plain',
+      'content-length': Buffer.byteLength(pipelineText),
+    });
+    res.end(pipelineText);
+  });
+  await new Promise<void>((done) => forge.listen(0, '127.0.0.1', () => done()));
+  const forgeUrl = `http://127.0.0.1:${(forge.address() as AddressInfo).port}`;
+  const stack = await startStack(url, dataDir, 10);
+  const client = httpClient(stack.url, 4);
+  const times: number[] = [];
+  let failures = 0;
+  try {
+    const repo = `bench/hooks${labels}`;
+    const admin = { authorization: `Bearer ${stack.adminToken}` };
+    const created = await client.call(
+      'POST',
+      '/v1/projects',
+      {
+        id: `hooks-${labels}`,
+        name: 'hooks',
+        forge: 'gitea',
+        repo,
+        repo_url: `${forgeUrl}/${repo}.git`,
+        forge_url: forgeUrl,
+      },
+      admin,
+    );
+    if (created.status !== 201) throw new Error(`project: ${created.status} ${created.body}`);
+    const secret = (JSON.parse(created.body) as { webhook_secret: string }).webhook_secret;
+    const worker = await apiWorker(client, stack.adminToken, label);
+    const deadline = nowMs() + limitMs;
+    for (let i = 0; i < samples && nowMs() < deadline; i++) {
+      const body = Buffer.from(
+        JSON.stringify(giteaPush(repo, shaOf(`bench-${label}-${i}`), { ref: `refs/heads/b${i}` })),
+      );
+      const headers = {
+        'user-agent': 'Go-http-client/1.1',
+        'X-Gitea-Event': 'push',
+        'X-Gitea-Event-Type': 'push',
+        'X-Gitea-Delivery': `${label}-${i}`,
+        'X-Gitea-Signature': signBody('gitea', body, secret),
+      };
+      const t0 = nowMs();
+      const res = await client.call('POST', '/v1/webhooks/gitea', body, headers);
+      if (res.status !== 202) {
+        failures++;
+        continue;
+      }
+      let task: Awaited<ReturnType<typeof claimTask>> = null;
+      const giveUp = nowMs() + 5_000;
+      while (!task && nowMs() < giveUp) {
+        task = await claimTask(stack.context.pool, worker.id, [label]);
+        if (!task) await sleep(1);
+      }
+      const t1 = nowMs();
+      if (!task) {
+        failures++;
+        continue;
+      }
+      times.push(t1 - t0);
+      await completeTask(stack.context.pool, {
+        workerId: worker.id,
+        taskId: task.id,
+        leaseId: task.lease_id!,
+        outcome: 'success',
+      });
+    }
+  } finally {
+    client.close();
+    await stack.stop();
+    await new Promise<void>((done) => forge.close(() => done()));
+  }
+  return {
+    samples: times.length,
+    p50: percentile(times, 50),
+    p99: percentile(times, 99),
+    failures,
+  };
+}

@@ -1,0 +1,274 @@
+// Turns the measurements into the markdown report and the SVG chart.
+import type { CycleResult, EmptyClaims, EmptyWal, Latency, WebhookLatency } from './conductor.ts';
+import type { Rate } from './util.ts';
+
+export interface PerConcurrency {
+  concurrency: number;
+  library?: CycleResult;
+  http?: CycleResult;
+  ceiling?: CycleResult;
+  graphile?: Rate;
+  pgbossPoll?: Rate;
+  pgbossBurst?: Rate;
+  bare?: Rate;
+}
+
+export interface Results {
+  mode: 'quick' | 'full';
+  startedAt: string;
+  seconds?: number;
+  tasks: number;
+  jobSize: number;
+  pgbossBurstBatch: number;
+  rows: PerConcurrency[];
+  empty: EmptyClaims[];
+  wal?: EmptyWal;
+  latency: Latency[];
+  wide?: CycleResult;
+  fan?: CycleResult;
+  webhook?: WebhookLatency;
+  notes: string[];
+}
+
+const f0 = (n: number | undefined) => (n === undefined || Number.isNaN(n) ? '–' : n.toFixed(0));
+const f1 = (n: number | undefined) => (n === undefined || Number.isNaN(n) ? '–' : n.toFixed(1));
+const f2 = (n: number | undefined) => (n === undefined || Number.isNaN(n) ? '–' : n.toFixed(2));
+const ratio = (a: number | undefined, b: number | undefined) =>
+  a === undefined || b === undefined || b === 0 ? undefined : a / b;
+const rateCell = (r: Rate | undefined) =>
+  r === undefined ? '–' : `${f0(r.perSecond)}${r.partial ? `*` : ''}`;
+
+interface Target {
+  name: string;
+  measured: string;
+  met: boolean | undefined;
+}
+
+export function targets(r: Results): Target[] {
+  const at16 = r.rows.find((row) => row.concurrency === 16);
+  const at64 = r.rows.find((row) => row.concurrency === 64);
+  const lib16 = at16?.library?.perSecond;
+  const out: Target[] = [];
+  const gw = ratio(lib16, at16?.graphile?.perSecond);
+  out.push({
+    name: 'library ≥ 1.0× graphile-worker (c=16)',
+    measured: `${f2(gw)}×`,
+    met: gw === undefined ? undefined : gw >= 1.0,
+  });
+  const half = at16?.bare ? at16.bare.perSecond / 2 : undefined;
+  const bare = ratio(lib16, half);
+  out.push({
+    name: 'library ≥ 0.8× half the bare-commit reference (c=16)',
+    measured: `${f2(bare)}×`,
+    met: bare === undefined ? undefined : bare >= 0.8,
+  });
+  const http = ratio(at16?.http?.perSecond, at16?.ceiling?.perSecond);
+  out.push({
+    name: 'HTTP ≥ 0.6× the HTTP ceiling (c=16)',
+    measured: `${f2(http)}×`,
+    met: http === undefined ? undefined : http >= 0.6,
+  });
+  out.push({
+    name: 'an empty claim writes no WAL in steady state',
+    measured: r.wal ? `${r.wal.walBytes} bytes over ${r.wal.claims} claims` : '–',
+    met: r.wal ? r.wal.walBytes === 0 : undefined,
+  });
+  const empty16 = r.empty.find((e) => e.concurrency === 16)?.perSecond;
+  const emptyRatio = ratio(empty16, lib16);
+  out.push({
+    name: 'empty claims ≥ 5× the cycle rate (c=16)',
+    measured: `${f1(emptyRatio)}×`,
+    met: emptyRatio === undefined ? undefined : emptyRatio >= 5,
+  });
+  const small = r.latency[0];
+  const big = r.latency[r.latency.length - 1];
+  if (small && big && big !== small) {
+    const p50 = big.p50 / small.p50;
+    const p99 = big.p99 / small.p99;
+    out.push({
+      name: `claim latency with ${big.history.toExponential(0)} history within ±20% of ${small.history.toExponential(0)}`,
+      measured: `p50 ${f2(p50)}×, p99 ${f2(p99)}×`,
+      met: Math.abs(p50 - 1) <= 0.2 && Math.abs(p99 - 1) <= 0.2,
+    });
+  }
+  for (const [name, shape] of [
+    ['one job of 1,000 independent tasks', r.wide],
+    ['one job fanning out and in (1 → 998 → 1)', r.fan],
+  ] as const) {
+    const x = ratio(lib16, shape?.perSecond);
+    out.push({
+      name: `${name} within 2× the jobs of 10 (c=16)`,
+      measured: `${f2(x)}× slower`,
+      met: x === undefined ? undefined : x <= 2,
+    });
+  }
+  const errors = r.rows.reduce(
+    (n, row) => n + (row.library?.errors ?? 0) + (row.http?.errors ?? 0),
+    0,
+  );
+  out.push({
+    name: '40001 retries never surface as errors',
+    measured: `${at64?.library ? f0((at64.library.retries / Math.max(1, at64.library.claims)) * 1000) : '–'} retries per 1,000 claims at c=64; ${errors} errors in all runs`,
+    met: at64?.library ? errors === 0 : undefined,
+  });
+  return out;
+}
+
+export function markdown(r: Results): string {
+  const lines: string[] = [];
+  lines.push(`# Conductor benchmark (${r.mode} run, ${r.startedAt})`, '');
+  lines.push(
+    `No-op task cycles per second (claim → complete → follow-up), ${r.tasks} tasks in jobs of ${r.jobSize}; other systems process ${r.tasks} no-op jobs. \`*\` = stopped at its time limit (rate over the work done).`,
+    '',
+  );
+  lines.push(
+    '| concurrency | library | HTTP | HTTP ceiling | graphile-worker | pg-boss (0.5 s, batch 1) | pg-boss burst | bare commits | ½ bare | lib / gw | lib / pg-boss | lib / pg-boss burst | lib / ½ bare | HTTP / ceiling |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+  );
+  for (const row of r.rows) {
+    const lib = row.library?.perSecond;
+    const half = row.bare ? row.bare.perSecond / 2 : undefined;
+    lines.push(
+      `| ${row.concurrency} | ${rateCell(row.library)} | ${rateCell(row.http)} | ${rateCell(row.ceiling)} | ${rateCell(row.graphile)} | ${rateCell(row.pgbossPoll)} | ${rateCell(row.pgbossBurst)} | ${rateCell(row.bare)} | ${f0(half)} | ${f2(ratio(lib, row.graphile?.perSecond))} | ${f1(ratio(lib, row.pgbossPoll?.perSecond))} | ${f2(ratio(lib, row.pgbossBurst?.perSecond))} | ${f2(ratio(lib, half))} | ${f2(ratio(row.http?.perSecond, row.ceiling?.perSecond))} |`,
+    );
+  }
+  lines.push('', `pg-boss burst: batch size ${r.pgbossBurstBatch}, polling every 0.5 s.`, '');
+  lines.push('## Targets', '', '| target | measured | met |', '|---|---|---|');
+  for (const t of targets(r)) {
+    lines.push(
+      `| ${t.name} | ${t.measured} | ${t.met === undefined ? 'not measured' : t.met ? 'yes' : '**no**'} |`,
+    );
+  }
+  lines.push('', '## Other measurements', '');
+  lines.push('| measurement | value |', '|---|---|');
+  for (const e of r.empty) {
+    lines.push(`| empty claims per second, library, c=${e.concurrency} | ${f0(e.perSecond)} |`);
+  }
+  if (r.wal) {
+    lines.push(
+      `| WAL of ${r.wal.claims} empty claims in steady state | ${r.wal.walBytes} bytes |`,
+      `| WAL of the 200 warm-up claims right after a CHECKPOINT | ${r.wal.warmupWalBytes} bytes |`,
+    );
+  }
+  for (const l of r.latency) {
+    lines.push(
+      `| claim latency with ${l.history.toLocaleString('en')} finished tasks (c=1, ${l.samples} claims) | p50 ${f2(l.p50)} ms, p99 ${f2(l.p99)} ms |`,
+    );
+  }
+  const lib16 = r.rows.find((row) => row.concurrency === 16)?.library;
+  if (lib16)
+    lines.push(
+      `| ${r.tasks} tasks in jobs of ${r.jobSize}, c=16 | ${f0(lib16.perSecond)} cycles/s (${f2(lib16.seconds)} s) |`,
+    );
+  if (r.wide)
+    lines.push(
+      `| one job of ${r.tasks} independent tasks, c=16 | ${rateCell(r.wide)} cycles/s (${f2(r.wide.seconds)} s) |`,
+    );
+  if (r.fan)
+    lines.push(
+      `| one job of ${r.tasks} tasks, 1 → ${r.tasks - 2} → 1, c=16 | ${rateCell(r.fan)} cycles/s (${f2(r.fan.seconds)} s) |`,
+    );
+  if (r.webhook) {
+    lines.push(
+      `| webhook to first claimable task (${r.webhook.samples} pushes, ${r.webhook.failures} failed) | p50 ${f1(r.webhook.p50)} ms, p99 ${f1(r.webhook.p99)} ms |`,
+    );
+  }
+  for (const row of r.rows) {
+    if (row.library) {
+      lines.push(
+        `| claim retries (40001/40P01) at c=${row.concurrency} | ${row.library.retries} over ${row.library.claims} claims (${f0((row.library.retries / Math.max(1, row.library.claims)) * 1000)} per 1,000); errors ${row.library.errors} |`,
+      );
+    }
+  }
+  if (r.notes.length) {
+    lines.push('', '## Notes', '');
+    for (const n of r.notes) lines.push(`- ${n}`);
+  }
+  if (r.seconds !== undefined) lines.push('', `Total run time: ${r.seconds.toFixed(0)} s.`);
+  return `${lines.join('\n')}\n`;
+}
+
+/** Cycles (or jobs) per second against concurrency, log-scale x, one line per system. */
+export function svg(r: Results): string {
+  const W = 720;
+  const H = 420;
+  const L = 70;
+  const R = 190;
+  const T = 40;
+  const B = 50;
+  const series: {
+    name: string;
+    color: string;
+    dash?: string;
+    pick: (row: PerConcurrency) => number | undefined;
+  }[] = [
+    { name: 'Conductor (library)', color: '#1f77b4', pick: (x) => x.library?.perSecond },
+    { name: 'Conductor (HTTP)', color: '#6baed6', pick: (x) => x.http?.perSecond },
+    { name: 'graphile-worker', color: '#d62728', pick: (x) => x.graphile?.perSecond },
+    { name: 'pg-boss (batch 1)', color: '#2ca02c', pick: (x) => x.pgbossPoll?.perSecond },
+    { name: 'pg-boss (burst)', color: '#98df8a', pick: (x) => x.pgbossBurst?.perSecond },
+    {
+      name: '½ bare commits',
+      color: '#7f7f7f',
+      dash: '6 4',
+      pick: (x) => (x.bare ? x.bare.perSecond / 2 : undefined),
+    },
+  ];
+  const concs = r.rows.map((x) => x.concurrency);
+  const minC = Math.min(...concs);
+  const maxC = Math.max(...concs);
+  let maxY = 1;
+  for (const s of series) for (const row of r.rows) maxY = Math.max(maxY, s.pick(row) ?? 0);
+  const step = 10 ** Math.floor(Math.log10(maxY));
+  maxY = Math.ceil(maxY / step) * step;
+  const x = (c: number) =>
+    L +
+    (maxC === minC
+      ? 0
+      : ((Math.log(c) - Math.log(minC)) / (Math.log(maxC) - Math.log(minC))) * (W - L - R));
+  const y = (v: number) => H - B - (v / maxY) * (H - T - B);
+  const parts: string[] = [];
+  parts.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${W}" height="${H}" fill="white"/>`,
+    `<text x="${L}" y="22" font-size="14" font-weight="bold">No-op cycles (jobs) per second against concurrency (${r.mode} run)</text>`,
+    `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="black"/>`,
+    `<line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="black"/>`,
+    `<text x="${(L + W - R) / 2}" y="${H - 12}" text-anchor="middle">concurrency (log scale)</text>`,
+    `<text x="16" y="${(T + H - B) / 2}" text-anchor="middle" transform="rotate(-90 16 ${(T + H - B) / 2})">per second</text>`,
+  );
+  for (const c of concs) {
+    parts.push(
+      `<line x1="${x(c)}" y1="${H - B}" x2="${x(c)}" y2="${H - B + 5}" stroke="black"/>`,
+      `<text x="${x(c)}" y="${H - B + 18}" text-anchor="middle">${c}</text>`,
+    );
+  }
+  for (let i = 0; i <= 5; i++) {
+    const v = (maxY / 5) * i;
+    parts.push(
+      `<line x1="${L}" y1="${y(v)}" x2="${W - R}" y2="${y(v)}" stroke="#eee"/>`,
+      `<text x="${L - 6}" y="${y(v) + 4}" text-anchor="end">${Math.round(v)}</text>`,
+    );
+  }
+  series.forEach((s, i) => {
+    const pts = r.rows
+      .map((row) => [row.concurrency, s.pick(row)] as const)
+      .filter((p): p is readonly [number, number] => p[1] !== undefined);
+    if (pts.length) {
+      parts.push(
+        `<polyline fill="none" stroke="${s.color}" stroke-width="2"${s.dash ? ` stroke-dasharray="${s.dash}"` : ''} points="${pts.map(([c, v]) => `${x(c).toFixed(1)},${y(v).toFixed(1)}`).join(' ')}"/>`,
+      );
+      for (const [c, v] of pts)
+        parts.push(
+          `<circle cx="${x(c).toFixed(1)}" cy="${y(v).toFixed(1)}" r="3" fill="${s.color}"/>`,
+        );
+    }
+    const ly = T + 10 + i * 20;
+    parts.push(
+      `<line x1="${W - R + 15}" y1="${ly}" x2="${W - R + 40}" y2="${ly}" stroke="${s.color}" stroke-width="2"${s.dash ? ` stroke-dasharray="${s.dash}"` : ''}/>`,
+      `<text x="${W - R + 46}" y="${ly + 4}">${s.name}</text>`,
+    );
+  });
+  parts.push('</svg>');
+  return `${parts.join('\n')}\n`;
+}

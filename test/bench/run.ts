@@ -1,0 +1,261 @@
+// `npm run bench [-- --quick]`: one embedded PostgreSQL (fsync on), one
+// database per system, every measurement bounded in time and run one after
+// another. Writes bench-results/<timestamp>.md, latest.md, cycles.svg and
+// the raw numbers as JSON. See docs/benchmarks.md.
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startEmbeddedPostgres } from '../../lib/local/postgres.ts';
+import {
+  addHistory,
+  claimLatency,
+  emptyClaimRate,
+  emptyClaimWal,
+  httpCeiling,
+  httpCycles,
+  libraryCycles,
+  migrated,
+  webhookLatency,
+} from './conductor.ts';
+import { bareCommits, graphileWorker, pgBoss } from './others.ts';
+import { markdown, type PerConcurrency, type Results, svg, targets } from './report.ts';
+import { progress } from './util.ts';
+
+const quick = process.argv.includes('--quick');
+const P = quick
+  ? {
+      tasks: 200,
+      concurrencies: [1, 8, 16, 64],
+      cycleLimitMs: 20_000,
+      pgbossPollLimitMs: 3_000,
+      otherLimitMs: 15_000,
+      bareMs: 2_000,
+      emptyMs: 2_000,
+      walClaims: 1_000,
+      latencySamples: 100,
+      histories: [1_000, 100_000],
+      webhookSamples: 20,
+      webhookLimitMs: 15_000,
+    }
+  : {
+      tasks: 1_000,
+      concurrencies: [1, 8, 16, 64],
+      cycleLimitMs: 45_000,
+      pgbossPollLimitMs: 8_000,
+      otherLimitMs: 30_000,
+      bareMs: 4_000,
+      emptyMs: 3_000,
+      walClaims: 2_000,
+      latencySamples: 300,
+      histories: [1_000, 1_000_000],
+      webhookSamples: 100,
+      webhookLimitMs: 40_000,
+    };
+const JOB_SIZE = 10;
+const BURST_BATCH = 50;
+
+const OUT = 'bench-results';
+const startedAt = new Date();
+const stamp = startedAt.toISOString().replace(/[:.]/g, '-');
+const results: Results = {
+  mode: quick ? 'quick' : 'full',
+  startedAt: startedAt.toISOString(),
+  tasks: P.tasks,
+  jobSize: JOB_SIZE,
+  pgbossBurstBatch: BURST_BATCH,
+  rows: P.concurrencies.map((concurrency) => ({ concurrency })),
+  empty: [],
+  latency: [],
+  notes: [],
+};
+
+async function save(): Promise<void> {
+  await mkdir(OUT, { recursive: true });
+  await writeFile(join(OUT, 'partial.json'), `${JSON.stringify(results, null, 2)}\n`);
+}
+
+/** Runs one step, records a failure as a note instead of ending the run. */
+async function step(name: string, fn: () => Promise<void>): Promise<void> {
+  progress(`${name} …`);
+  try {
+    await fn();
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    progress(`${name} FAILED: ${message}`);
+    results.notes.push(`${name} failed: ${message}`);
+  }
+  await save();
+}
+
+const fmt = (n: number) => n.toFixed(0);
+
+async function main(): Promise<void> {
+  const t0 = Date.now();
+  const work = await mkdtemp(join(tmpdir(), 'conductor-bench-'));
+  progress(`${results.mode} run; embedded PostgreSQL under ${work} (fsync on)`);
+  const pg = await startEmbeddedPostgres({ dataDir: join(work, 'pg'), removeOnStop: true });
+  const dbs = ['lib', 'http', 'hist', 'hook', 'graphile', 'pgboss', 'bare'];
+  for (const db of dbs) await pg.createDatabase(db);
+  for (const db of ['lib', 'http', 'hist', 'hook']) await migrated(pg.url(db));
+  const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
+  try {
+    for (const c of P.concurrencies) {
+      await step(`library cycles c=${c}`, async () => {
+        const r = await libraryCycles(pg.url('lib'), c, P.tasks, 'jobs', JOB_SIZE, P.cycleLimitMs);
+        row(c).library = r;
+        progress(
+          `  ${fmt(r.perSecond)} cycles/s, ${r.retries} retries over ${r.claims} claims, ${r.errors} errors`,
+        );
+      });
+      await step(`HTTP cycles c=${c}`, async () => {
+        const r = await httpCycles(
+          pg.url('http'),
+          join(work, 'stack'),
+          c,
+          P.tasks,
+          JOB_SIZE,
+          P.cycleLimitMs,
+        );
+        row(c).http = r;
+        progress(`  ${fmt(r.perSecond)} cycles/s, ${r.errors} errors`);
+      });
+      await step(`HTTP ceiling c=${c}`, async () => {
+        const r = await httpCeiling(c, P.tasks * 2, P.cycleLimitMs);
+        row(c).ceiling = r;
+        progress(`  ${fmt(r.perSecond)} cycles/s`);
+      });
+    }
+    for (const c of P.concurrencies) {
+      await step(`graphile-worker c=${c}`, async () => {
+        const r = await graphileWorker(pg.url('graphile'), c, P.tasks, P.otherLimitMs);
+        row(c).graphile = r;
+        progress(`  ${fmt(r.perSecond)} jobs/s${r.partial ? ' (time limit)' : ''}`);
+      });
+    }
+    for (const c of P.concurrencies) {
+      await step(`pg-boss batch 1, polling 0.5 s, c=${c}`, async () => {
+        const r = await pgBoss(pg.url('pgboss'), c, P.tasks, 1, 0.5, P.pgbossPollLimitMs);
+        row(c).pgbossPoll = r;
+        progress(
+          `  ${fmt(r.perSecond)} jobs/s${r.partial ? ` (time limit, ${r.done} of ${r.wanted})` : ''}`,
+        );
+      });
+      await step(`pg-boss burst (batch ${BURST_BATCH}) c=${c}`, async () => {
+        const r = await pgBoss(pg.url('pgboss'), c, P.tasks, BURST_BATCH, 0.5, P.otherLimitMs);
+        row(c).pgbossBurst = r;
+        progress(
+          `  ${fmt(r.perSecond)} jobs/s${r.partial ? ` (time limit, ${r.done} of ${r.wanted})` : ''}`,
+        );
+      });
+    }
+    for (const c of P.concurrencies) {
+      await step(`bare UPDATE-and-commit c=${c}`, async () => {
+        const r = await bareCommits(pg.url('bare'), c, P.bareMs);
+        row(c).bare = r;
+        progress(`  ${fmt(r.perSecond)} commits/s (half: ${fmt(r.perSecond / 2)})`);
+      });
+    }
+    for (const c of [1, 16]) {
+      await step(`empty claims c=${c}`, async () => {
+        const r = await emptyClaimRate(pg.url('lib'), c, P.emptyMs);
+        results.empty.push(r);
+        progress(`  ${fmt(r.perSecond)} empty claims/s`);
+      });
+    }
+    await step('WAL of empty claims', async () => {
+      results.wal = await emptyClaimWal(pg.url('lib'), P.walClaims);
+      progress(
+        `  ${results.wal.walBytes} bytes over ${results.wal.claims} claims (warm-up: ${results.wal.warmupWalBytes})`,
+      );
+    });
+    await step('job shapes c=16: one job of independent tasks', async () => {
+      results.wide = await libraryCycles(
+        pg.url('lib'),
+        16,
+        P.tasks,
+        'wide',
+        JOB_SIZE,
+        P.cycleLimitMs,
+      );
+      progress(`  ${fmt(results.wide.perSecond)} cycles/s`);
+    });
+    await step('job shapes c=16: fan-out and in', async () => {
+      results.fan = await libraryCycles(
+        pg.url('lib'),
+        16,
+        P.tasks,
+        'fan',
+        JOB_SIZE,
+        P.cycleLimitMs,
+      );
+      progress(`  ${fmt(results.fan.perSecond)} cycles/s`);
+    });
+    await step('webhook to first claimable task', async () => {
+      results.webhook = await webhookLatency(
+        pg.url('hook'),
+        join(work, 'stack'),
+        P.webhookSamples,
+        P.webhookLimitMs,
+      );
+      progress(
+        `  p50 ${results.webhook.p50.toFixed(1)} ms, p99 ${results.webhook.p99.toFixed(1)} ms`,
+      );
+    });
+    let history = 0;
+    const { createPool } = await import('../../lib/db/index.ts');
+    for (const target of P.histories) {
+      await step(`claim latency with ${target.toLocaleString('en')} finished tasks`, async () => {
+        const pool = createPool({ url: pg.url('hist'), max: 1 });
+        try {
+          const t = Date.now();
+          // In slices of 100,000 so the progress stays visible.
+          while (history < target) {
+            const n = Math.min(100_000, target - history);
+            await addHistory(pool, history, n);
+            history += n;
+          }
+          progress(
+            `  history at ${history.toLocaleString('en')} (${((Date.now() - t) / 1000).toFixed(1)} s to insert)`,
+          );
+        } finally {
+          await pool.end();
+        }
+        const l = await claimLatency(pg.url('hist'), history, P.latencySamples);
+        results.latency.push(l);
+        progress(`  p50 ${l.p50.toFixed(2)} ms, p99 ${l.p99.toFixed(2)} ms`);
+      });
+    }
+  } finally {
+    await pg.stop().catch(() => {});
+    await rm(work, { recursive: true, force: true }).catch(() => {});
+  }
+  if (quick) {
+    results.notes.push(
+      `quick run: ${P.tasks} tasks per measurement instead of 1,000; history ${P.histories.map((h) => h.toLocaleString('en')).join(' and ')}.`,
+    );
+  }
+  results.notes.push(
+    'graphile-worker 0.17.3 and pg-boss 10.4.2 are the versions installed (package.json); pg-boss concurrency is that many work() loops.',
+    'The bare reference updates one row per client (autocommit), like pgbench -N; ½ bare is the bound for a cycle of two write commits.',
+  );
+  results.seconds = (Date.now() - t0) / 1000;
+  const md = markdown(results);
+  await mkdir(OUT, { recursive: true });
+  await writeFile(join(OUT, `${stamp}.md`), md);
+  await writeFile(join(OUT, 'latest.md'), md);
+  await writeFile(join(OUT, 'cycles.svg'), svg(results));
+  await writeFile(join(OUT, `${stamp}.json`), `${JSON.stringify(results, null, 2)}\n`);
+  process.stdout.write(`\n${md}\n`);
+  const missed = targets(results).filter((t) => t.met === false).length;
+  progress(
+    `wrote ${OUT}/${stamp}.md, ${OUT}/latest.md, ${OUT}/cycles.svg (${missed} targets missed)`,
+  );
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
