@@ -93,7 +93,7 @@ export async function appendLog(
       );
     }
     let text = tail.toString('utf8');
-    const values = await taskSecretValues(tx, keyring, input.taskId);
+    const values = await maskedValues(tx, keyring, task);
     if (values.length > 0) {
       // A value can be cut in two by where the runner's buffer filled, its
       // start ending the previous chunk: mask the two together, and when that
@@ -174,6 +174,19 @@ export async function readLog(
  * lists and the project's forge token (the clone token), for trusted jobs; an
  * untrusted job is given neither, so has neither to leak.
  */
+async function maskedValues(
+  db: Queryable,
+  keyring: Keyring,
+  task: { project_id: string; trusted: boolean; secrets: string[] },
+): Promise<string[]> {
+  if (!task.trusted) return [];
+  const values = Object.values(await secretValues(db, keyring, task.project_id, task.secrets));
+  const project = await getProjectRow(db, task.project_id);
+  const token = project ? forgeToken(keyring, project) : null;
+  return token ? [...values, token] : values;
+}
+
+/** The values to mask in what a task's runner reports (see maskedValues), by task id. */
 export async function taskSecretValues(
   db: Queryable,
   keyring: Keyring,
@@ -184,10 +197,5 @@ export async function taskSecretValues(
       where t.id = $1`,
     [taskId],
   );
-  const task = rows[0];
-  if (!task || !task.trusted) return [];
-  const values = Object.values(await secretValues(db, keyring, task.project_id, task.secrets));
-  const project = await getProjectRow(db, task.project_id);
-  const token = project ? forgeToken(keyring, project) : null;
-  return token ? [...values, token] : values;
+  return rows[0] ? maskedValues(db, keyring, rows[0]) : [];
 }

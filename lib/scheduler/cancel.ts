@@ -41,20 +41,39 @@ export async function cancelJobsTx(
       order by id for no key update`,
     [cancelled],
   );
-  // One statement over all three states: a task that moves between them while
-  // this runs (a transient failure puts a running task back in the queue; a
-  // claim takes a queued one) is re-checked in the state it has when its lock
-  // is granted. Two statements, one per state, could each miss it.
-  await tx.query(
-    `update tasks
-        set state = case when state = 'running' then state else 'cancelled' end,
-            cancel_requested = cancel_requested or state = 'running',
-            finished_at = case when state = 'running' then finished_at else now() end,
-            queued_at = case when state = 'running' then queued_at end
-      where job_id = any($1::uuid[]) and state in ('waiting', 'queued', 'running')`,
-    [cancelled],
-  );
+  await stopTasksOfFinishedJobsTx(tx, cancelled, null);
   return cancelled;
+}
+
+/**
+ * Stops the unfinished tasks of finished jobs: waiting and queued ones are
+ * cancelled, running ones get their cancel flag. One statement over all three
+ * states: a task that moves between them meanwhile (a transient failure puts
+ * a running task back in the queue; a claim takes a queued one) is re-checked
+ * in the state it has when its lock is granted, where two statements, one per
+ * state, could each miss it. `error` is set on tasks that have none. Used by a
+ * cancel (its jobs are finished by then) and by the sweep's backstop.
+ */
+export async function stopTasksOfFinishedJobsTx(
+  tx: Queryable,
+  jobIds: string[],
+  error: string | null,
+): Promise<number> {
+  const { rowCount } = await tx.query(
+    `update tasks t
+        set state = case when t.state = 'running' then t.state else 'cancelled' end,
+            cancel_requested = t.cancel_requested or t.state = 'running',
+            finished_at = case when t.state = 'running' then t.finished_at else now() end,
+            queued_at = case when t.state = 'running' then t.queued_at end,
+            error = coalesce(t.error, $2)
+       from jobs j
+      where t.job_id = any($1::uuid[]) and j.id = t.job_id
+        and j.state in ('success', 'failed', 'cancelled')
+        and t.state in ('waiting', 'queued', 'running')
+        and not (t.state = 'running' and t.cancel_requested)`,
+    [jobIds, error],
+  );
+  return rowCount ?? 0;
 }
 
 // Cancels and job creations wait for locks that busy jobs hold; give them more

@@ -1,7 +1,8 @@
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { JobState, TaskState } from '../states.ts';
-import { followUpAfterCommit, skipReachable } from './progress.ts';
+import { endAttemptTx } from './attempt.ts';
+import { followUpAfterCommit } from './progress.ts';
 import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
 
 const OUTPUT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -129,21 +130,7 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
 
     const error =
       state === 'cancelled' && task.cancel_requested ? (c.error ?? 'cancelled') : (c.error ?? null);
-    if (state === 'queued') {
-      await tx.query(
-        `update tasks set state = 'queued', lease_id = null, worker_id = null,
-                          lease_expires_at = null, queued_at = now(), error = $2, exit_code = $3
-          where id = $1`,
-        [task.id, error, c.exitCode ?? null],
-      );
-    } else {
-      await tx.query(
-        `update tasks set state = $2, lease_expires_at = null, finished_at = now(),
-                          error = $3, exit_code = $4
-          where id = $1`,
-        [task.id, state, error, c.exitCode ?? null],
-      );
-    }
+    // Outputs first: once the task is final its children may be promoted.
     if (state === 'success' && Object.keys(outputs).length > 0) {
       await tx.query(
         `insert into task_outputs (task_id, name, value)
@@ -152,29 +139,14 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
         [task.id, JSON.stringify(outputs)],
       );
     }
-    await tx.query(
-      `update task_attempts
-          set outcome = $3, reported_outcome = $4, result_state = $5, transient = $6,
-              exit_code = $7, error = $8, finished_at = now()
-        where task_id = $1 and attempt = $2`,
-      [
-        task.id,
-        task.attempt,
-        state === 'queued' ? 'failed' : state === 'success' ? 'success' : state,
-        c.outcome,
-        state,
-        c.transient ?? false,
-        c.exitCode ?? null,
-        error,
-      ],
-    );
-    const blocks = state === 'cancelled' || (state === 'failed' && !task.allow_failure);
-    if (blocks)
-      await skipReachable(
-        tx,
-        [task.id],
-        `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
-      );
+    await endAttemptTx(tx, task, {
+      state,
+      outcome: state === 'queued' ? 'failed' : state === 'success' ? 'success' : state,
+      transient: c.transient ?? false,
+      error,
+      exitCode: c.exitCode ?? null,
+      reported: c.outcome,
+    });
     return { state, jobId: task.job_id, final: state !== 'queued', repeated: false };
   });
 

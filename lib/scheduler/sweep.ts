@@ -6,8 +6,10 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
 import type { TaskState } from '../states.ts';
+import { endAttemptTx } from './attempt.ts';
+import { stopTasksOfFinishedJobsTx } from './cancel.ts';
 import { enqueueStatus } from './outbox.ts';
-import { followUp, skipReachable } from './progress.ts';
+import { followUp } from './progress.ts';
 import type { JobRow, TaskRow } from './types.ts';
 
 export interface SweepOptions {
@@ -94,34 +96,12 @@ async function endAttempt(
             ? 'lease expired: the runner stopped reporting; queued again'
             : `lease expired: the runner stopped reporting (attempt ${task.attempt} of ${task.max_attempts})`;
       }
-      if (state === 'queued') {
-        await tx.query(
-          `update tasks set state = 'queued', lease_id = null, worker_id = null,
-                          lease_expires_at = null, queued_at = now(), error = $2
-          where id = $1`,
-          [task.id, error],
-        );
-      } else {
-        await tx.query(
-          `update tasks set state = $2, lease_expires_at = null, finished_at = now(), error = $3
-          where id = $1`,
-          [task.id, state, error],
-        );
-      }
-      await tx.query(
-        `update task_attempts set outcome = $3, transient = $4, error = $5, result_state = $6,
-                                finished_at = now()
-        where task_id = $1 and attempt = $2`,
-        [task.id, task.attempt, kind, kind === 'lost', error, state],
-      );
-      let skipped = 0;
-      if (state === 'cancelled' || (state === 'failed' && !task.allow_failure)) {
-        skipped = await skipReachable(
-          tx,
-          [task.id],
-          `skipped: ${task.name} ${state === 'failed' ? 'failed' : 'was cancelled'}`,
-        );
-      }
+      const skipped = await endAttemptTx(tx, task, {
+        state,
+        outcome: kind,
+        transient: kind === 'lost',
+        error,
+      });
       return { state, jobId: task.job_id, skipped };
     },
     { lockTimeoutMs },
@@ -271,8 +251,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   // A backstop: unfinished tasks of a finished job can never run, and a
   // running one must be told to stop. Cancel and settle are written so this
   // does not happen; if it ever does, the task would sit in the claim index.
-  const orphans = await pool.query<{ id: string }>(
-    `select t.id
+  const orphans = await pool.query<{ job_id: string }>(
+    `select distinct t.job_id
        from tasks t join jobs j on j.id = t.job_id
       where t.state in ('waiting', 'queued', 'running')
         and j.state in ('success', 'failed', 'cancelled')
@@ -280,29 +260,13 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       limit $1`,
     [batch],
   );
-  await each(orphans.rows, 'cancelling an orphaned task', async (row) => {
-    const changed = await transaction(
+  await each(orphans.rows, 'stopping the tasks of a finished job', async (row) => {
+    summary.tasks_cancelled += await transaction(
       pool,
-      async (tx) => {
-        const { rowCount } = await tx.query(
-          `update tasks t
-              set state = case when t.state = 'running' then t.state else 'cancelled' end,
-                  cancel_requested = t.cancel_requested or t.state = 'running',
-                  finished_at = case when t.state = 'running' then t.finished_at else now() end,
-                  queued_at = case when t.state = 'running' then t.queued_at end,
-                  error = coalesce(t.error, 'cancelled: its job had already finished')
-             from jobs j
-            where t.id = $1 and j.id = t.job_id
-              and t.state in ('waiting', 'queued', 'running')
-              and j.state in ('success', 'failed', 'cancelled')
-              and not (t.state = 'running' and t.cancel_requested)`,
-          [row.id],
-        );
-        return rowCount ?? 0;
-      },
+      (tx) =>
+        stopTasksOfFinishedJobsTx(tx, [row.job_id], 'cancelled: its job had already finished'),
       { isolation: 'read committed', lockTimeoutMs },
     );
-    summary.tasks_cancelled += changed;
   });
 
   const pending = await pool.query<{ id: string }>(

@@ -1,8 +1,10 @@
 // Builders for scheduler tests: a project, workers, and jobs started from task
 // specs written the way the pipeline compiler would produce them.
+
+import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { Pool } from '../../lib/db/index.ts';
-import { createJob, startJob } from '../../lib/scheduler/index.ts';
+import { type ClaimedTask, claimTask, createJob, startJob } from '../../lib/scheduler/index.ts';
 import type { JobRow, TaskRow, TaskSpec } from '../../lib/scheduler/types.ts';
 
 let projects = 0;
@@ -100,4 +102,17 @@ export function barrier(n: number): () => Promise<void> {
     if (waiting >= n) release();
     return all;
   };
+}
+
+/** Claims a task for `worker` and asserts it is the one named (claims take the oldest job first). */
+export async function claimNamed(
+  pool: Pool,
+  worker: string,
+  name: string,
+  opts: { labels?: string[]; leaseS?: number } = {},
+): Promise<ClaimedTask> {
+  const task = await claimTask(pool, worker, opts.labels ?? [], { leaseS: opts.leaseS });
+  assert.ok(task, `a task is claimable (wanted ${name})`);
+  assert.equal(task.name, name);
+  return task;
 }

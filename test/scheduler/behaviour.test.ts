@@ -13,6 +13,7 @@ import {
 } from '../../lib/scheduler/index.ts';
 import { testDatabase } from '../helpers/db.ts';
 import {
+  claimNamed,
   jobState,
   makeProject,
   makeWorker,
@@ -35,13 +36,6 @@ beforeEach(async () => {
   );
 });
 
-async function claimNamed(worker: string, name: string, labels: string[] = []) {
-  const task = await claimTask(pool, worker, labels);
-  assert.ok(task, `a task is claimable (wanted ${name})`);
-  assert.equal(task.name, name);
-  return task;
-}
-
 type Outcome = 'success' | 'failed' | 'cancelled';
 async function finish(
   worker: string,
@@ -63,12 +57,12 @@ test('a transient failure is queued again until its attempts run out, then fails
   const worker = await makeWorker(pool);
   const job = await startedJob(pool, project, [spec('flaky', { maxAttempts: 3 })]);
   for (const attempt of [1, 2]) {
-    const t = await claimNamed(worker, 'flaky');
+    const t = await claimNamed(pool, worker, 'flaky');
     assert.equal(t.attempt, attempt);
     const r = await finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
     assert.deepEqual([r.state, r.job_state], ['queued', null]);
   }
-  const t = await claimNamed(worker, 'flaky');
+  const t = await claimNamed(pool, worker, 'flaky');
   assert.equal(t.attempt, 3);
   const r = await finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
   assert.deepEqual([r.state, r.job_state], ['failed', 'failed']);
@@ -91,7 +85,7 @@ test("a script's own failure is final even with attempts left", async () => {
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   await startedJob(pool, project, [spec('lint', { maxAttempts: 3 })]);
-  const t = await claimNamed(worker, 'lint');
+  const t = await claimNamed(pool, worker, 'lint');
   const r = await finish(worker, t, 'failed', { transient: false });
   assert.deepEqual([r.state, r.job_state], ['failed', 'failed']);
 });
@@ -106,7 +100,7 @@ test('a failure skips every task reachable from it, and the job fails', async ()
     spec('package', { needs: ['test'] }),
     spec('deploy', { needs: ['package', 'other'] }),
   ]);
-  const build = await claimNamed(worker, 'build');
+  const build = await claimNamed(pool, worker, 'build');
   await finish(worker, build, 'failed');
   let tasks = await tasksOf(pool, job.id);
   assert.equal(tasks.test!.state, 'skipped');
@@ -114,7 +108,7 @@ test('a failure skips every task reachable from it, and the job fails', async ()
   assert.equal(tasks.deploy!.state, 'skipped');
   assert.match(tasks.deploy!.error!, /build failed/);
   assert.equal(tasks.other!.state, 'queued', 'an unrelated branch goes on');
-  const other = await claimNamed(worker, 'other');
+  const other = await claimNamed(pool, worker, 'other');
   const r = await finish(worker, other, 'success');
   assert.equal(r.job_state, 'failed');
   tasks = await tasksOf(pool, job.id);
@@ -128,9 +122,9 @@ test('an allow_failure task that fails lets its dependents run and the job succe
     spec('optional', { allowFailure: true }),
     spec('after', { needs: ['optional'] }),
   ]);
-  await finish(worker, await claimNamed(worker, 'optional'), 'failed');
+  await finish(worker, await claimNamed(pool, worker, 'optional'), 'failed');
   assert.equal((await tasksOf(pool, job.id)).after!.state, 'queued');
-  const r = await finish(worker, await claimNamed(worker, 'after'), 'success');
+  const r = await finish(worker, await claimNamed(pool, worker, 'after'), 'success');
   assert.equal(r.job_state, 'success');
 });
 
@@ -142,7 +136,7 @@ test('a task whose producer did not give a declared output fails at promotion, n
     spec('deploy', { needs: ['build'] }),
     spec('notify', { needs: ['deploy'] }),
   ]);
-  const r = await finish(worker, await claimNamed(worker, 'build'), 'success', {
+  const r = await finish(worker, await claimNamed(pool, worker, 'build'), 'success', {
     outputs: { version: '1' },
   });
   assert.equal(r.job_state, 'failed', 'nothing is left to run, so the job settles');
@@ -160,7 +154,7 @@ test('an allow_failure producer that failed without its output fails the consume
     spec('probe', { allowFailure: true, outputs: ['result'] }),
     spec('use', { needs: ['probe'] }),
   ]);
-  await finish(worker, await claimNamed(worker, 'probe'), 'failed');
+  await finish(worker, await claimNamed(pool, worker, 'probe'), 'failed');
   const tasks = await tasksOf(pool, job.id);
   assert.equal(tasks.use!.state, 'failed');
   assert.match(tasks.use!.error!, /output "result" of "probe"/);
@@ -180,7 +174,7 @@ test('a task listing a secret the project lacks fails when the job starts, namin
   assert.equal(tasks.deploy!.state, 'failed');
   assert.equal(tasks.deploy!.error, `secret DEPLOY_KEY is not set for project ${project}`);
   assert.equal(tasks['after-deploy']!.state, 'skipped');
-  const r = await finish(worker, await claimNamed(worker, 'ok'), 'success');
+  const r = await finish(worker, await claimNamed(pool, worker, 'ok'), 'success');
   assert.equal(r.job_state, 'failed');
 });
 
@@ -236,7 +230,7 @@ test('heartbeat and completion need the current lease and the worker that holds 
   const worker = await makeWorker(pool);
   const intruder = await makeWorker(pool);
   await startedJob(pool, project, [spec('a')]);
-  const t = await claimNamed(worker, 'a');
+  const t = await claimNamed(pool, worker, 'a');
   const stale = '00000000-0000-4000-8000-000000000000';
   await assert.rejects(heartbeat(pool, worker, t.id, stale), ConflictError);
   await assert.rejects(heartbeat(pool, intruder, t.id, t.lease_id!), ConflictError);
@@ -255,13 +249,13 @@ test('repeating a completion with the same lease answers the same state; a diffe
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   await startedJob(pool, project, [spec('a', { maxAttempts: 2 }), spec('b')]);
-  const a = await claimNamed(worker, 'a');
+  const a = await claimNamed(pool, worker, 'a');
   const first = await finish(worker, a, 'failed', { transient: true });
   assert.equal(first.state, 'queued');
   const again = await finish(worker, a, 'failed', { transient: true });
   assert.deepEqual([again.state, again.job_state], ['queued', null]);
   await assert.rejects(finish(worker, a, 'success'), ConflictError);
-  const retry = await claimNamed(worker, 'a');
+  const retry = await claimNamed(pool, worker, 'a');
   assert.equal(retry.attempt, 2);
   // A replay is answered from the attempt it belongs to, even after the task moved on;
   // anything else with the old lease conflicts.
@@ -269,7 +263,7 @@ test('repeating a completion with the same lease answers the same state; a diffe
   await assert.rejects(heartbeat(pool, worker, a.id, a.lease_id!), ConflictError);
   await finish(worker, retry, 'success');
 
-  const b = await claimNamed(worker, 'b');
+  const b = await claimNamed(pool, worker, 'b');
   const done = await finish(worker, b, 'success');
   assert.equal(done.state, 'success');
   const repeat = await finish(worker, b, 'success');
@@ -289,7 +283,7 @@ test('cancel during a run: queued tasks are cancelled, the heartbeat says cancel
     spec('waiting', { needs: ['long'] }),
     spec('queued-one'),
   ]);
-  const long = await claimNamed(worker, 'long');
+  const long = await claimNamed(pool, worker, 'long');
   const cancelled = await cancelJob(pool, job.id);
   assert.equal(cancelled.state, 'cancelled');
   let tasks = await tasksOf(pool, job.id);
@@ -384,8 +378,10 @@ test('rerun of the failed tasks keeps the successful ones with their outputs and
     spec('test', { needs: ['build'] }),
     spec('deploy', { needs: ['test'] }),
   ]);
-  await finish(worker, await claimNamed(worker, 'build'), 'success', { outputs: { version: '7' } });
-  await finish(worker, await claimNamed(worker, 'test'), 'failed');
+  await finish(worker, await claimNamed(pool, worker, 'build'), 'success', {
+    outputs: { version: '7' },
+  });
+  await finish(worker, await claimNamed(pool, worker, 'test'), 'failed');
   assert.equal(await jobState(pool, job.id), 'failed');
 
   const running = await startedJob(pool, project, [spec('x')]);
@@ -411,8 +407,8 @@ test('rerun of the failed tasks keeps the successful ones with their outputs and
     tasks.build!.id,
   ]);
   assert.deepEqual(rows, [{ name: 'version', value: '7' }]);
-  await finish(worker, await claimNamed(worker, 'test'), 'success');
-  const r = await finish(worker, await claimNamed(worker, 'deploy'), 'success');
+  await finish(worker, await claimNamed(pool, worker, 'test'), 'success');
+  const r = await finish(worker, await claimNamed(pool, worker, 'deploy'), 'success');
   assert.equal(r.job_state, 'success');
   assert.equal(await jobState(pool, job.id), 'failed', 'the first job keeps its state');
 });
@@ -423,8 +419,8 @@ test('rerun of all tasks runs every task again and cancels nothing', async () =>
   const job = await startedJob(pool, project, [spec('a'), spec('b', { needs: ['a'] })], {
     ref: 'refs/heads/main',
   });
-  await finish(worker, await claimNamed(worker, 'a'), 'success');
-  await finish(worker, await claimNamed(worker, 'b'), 'success');
+  await finish(worker, await claimNamed(pool, worker, 'a'), 'success');
+  await finish(worker, await claimNamed(pool, worker, 'b'), 'success');
   const first = await rerunJob(pool, job.id, false);
   const second = await rerunJob(pool, job.id, false);
   assert.equal(await jobState(pool, first.job.id), 'running', 'a rerun does not supersede');

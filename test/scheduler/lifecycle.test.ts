@@ -10,6 +10,7 @@ import {
 } from '../../lib/scheduler/index.ts';
 import { testDatabase } from '../helpers/db.ts';
 import {
+  claimNamed,
   jobState,
   makeProject,
   makeWorker,
@@ -20,14 +21,6 @@ import {
 } from '../helpers/fixtures.ts';
 
 const { pool } = await testDatabase(import.meta.filename);
-
-/** Claims the named task for `worker`, claiming around other queued ones. */
-async function claimNamed(worker: string, name: string) {
-  const task = await claimTask(pool, worker, []);
-  assert.ok(task, `a task is claimable (wanted ${name})`);
-  assert.equal(task.name, name);
-  return task;
-}
 
 test('a new job is pending with the next number of its project', async () => {
   const project = await makeProject(pool);
@@ -64,7 +57,7 @@ test('a job runs its DAG to success: fan-out, fan-in, outputs stored', async () 
   assert.equal(tasks.publish!.state, 'waiting');
   assert.equal(await jobState(pool, job.id), 'running');
 
-  const build = await claimNamed(worker, 'build');
+  const build = await claimNamed(pool, worker, 'build');
   assert.equal(build.attempt, 1);
   assert.ok(build.lease_id);
   const hb = await heartbeat(pool, worker, build.id, build.lease_id!);
@@ -84,7 +77,7 @@ test('a job runs its DAG to success: fan-out, fan-in, outputs stored', async () 
   assert.equal(tasks.publish!.state, 'waiting');
 
   for (const name of ['test-a', 'test-b']) {
-    const t = await claimNamed(worker, name);
+    const t = await claimNamed(pool, worker, name);
     await completeTask(pool, {
       workerId: worker,
       taskId: t.id,
@@ -92,7 +85,7 @@ test('a job runs its DAG to success: fan-out, fan-in, outputs stored', async () 
       outcome: 'success',
     });
   }
-  const publish = await claimNamed(worker, 'publish');
+  const publish = await claimNamed(pool, worker, 'publish');
   const last = await completeTask(pool, {
     workerId: worker,
     taskId: publish.id,

@@ -19,6 +19,7 @@ import {
 import type { AttemptRow } from '../../lib/scheduler/types.ts';
 import { testDatabase } from '../helpers/db.ts';
 import {
+  claimNamed,
   jobState,
   makeProject,
   makeWorker,
@@ -50,17 +51,6 @@ function summary(over: Partial<SweepSummary>): SweepSummary {
   return { ...NOTHING, dispatch: [], ...over };
 }
 
-/**
- * A summary with `tasks_skipped` left out: the sweep does not count the
- * dependents it skips when it fails a lost or timed-out task (see the test
- * 'the sweep counts the dependents it skips ...'), so the tests about those
- * repairs check the skipped tasks in the database instead.
- */
-function withoutSkipped(s: SweepSummary): Omit<SweepSummary, 'tasks_skipped'> {
-  const { tasks_skipped: _, ...rest } = s;
-  return rest;
-}
-
 // The sweep looks at the whole database: every test starts from one where
 // nothing is left unfinished by the tests before it.
 beforeEach(async () => {
@@ -73,18 +63,6 @@ beforeEach(async () => {
       where state in ('pending', 'running')`,
   );
 });
-
-/** Claims the named task for `worker`. */
-async function claimNamed(
-  worker: string,
-  name: string,
-  opts: { leaseS?: number } = {},
-): Promise<ClaimedTask> {
-  const task = await claimTask(pool, worker, [], opts);
-  assert.ok(task, `a task is claimable (wanted ${name})`);
-  assert.equal(task.name, name);
-  return task;
-}
 
 async function expireLease(taskId: string): Promise<void> {
   await pool.query(
@@ -165,14 +143,14 @@ test('a lost settle is repaired: the sweep settles a job whose last outcome comm
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   const job = await startedJob(pool, project, [spec('build'), spec('test', { needs: ['build'] })]);
-  const build = await claimNamed(worker, 'build');
+  const build = await claimNamed(pool, worker, 'build');
   await completeTask(pool, {
     workerId: worker,
     taskId: build.id,
     leaseId: build.lease_id!,
     outcome: 'success',
   });
-  const last = await claimNamed(worker, 'test');
+  const last = await claimNamed(pool, worker, 'test');
   await outcomeWithoutFollowUp(last, 'success');
   assert.equal(await jobState(pool, job.id), 'running', 'the crash left the job running');
 
@@ -197,7 +175,7 @@ test('a lost settle after a failure settles the job failed', async () => {
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   const job = await startedJob(pool, project, [spec('lint', { allowFailure: true }), spec('test')]);
-  const lint = await claimNamed(worker, 'lint');
+  const lint = await claimNamed(pool, worker, 'lint');
   await completeTask(pool, {
     workerId: worker,
     taskId: lint.id,
@@ -205,7 +183,7 @@ test('a lost settle after a failure settles the job failed', async () => {
     outcome: 'failed',
     exitCode: 1,
   });
-  const test1 = await claimNamed(worker, 'test');
+  const test1 = await claimNamed(pool, worker, 'test');
   await outcomeWithoutFollowUp(test1, 'failed');
 
   assert.deepEqual(await sweep(pool), summary({ jobs_settled: 1 }));
@@ -216,7 +194,7 @@ test('a job left running with finished_at cleared is settled again by the sweep'
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   const job = await startedJob(pool, project, [spec('only')]);
-  const only = await claimNamed(worker, 'only');
+  const only = await claimNamed(pool, worker, 'only');
   const done = await completeTask(pool, {
     workerId: worker,
     taskId: only.id,
@@ -237,7 +215,7 @@ test('a lost promotion is repaired once: the sweep queues the child of a parent 
     spec('build', { outputs: ['version'] }),
     spec('test', { needs: ['build'] }),
   ]);
-  const build = await claimNamed(worker, 'build');
+  const build = await claimNamed(pool, worker, 'build');
   await outcomeWithoutFollowUp(build, 'success', { version: '1.0.0' });
   assert.equal((await tasksOf(pool, job.id)).test!.state, 'waiting');
 
@@ -246,7 +224,7 @@ test('a lost promotion is repaired once: the sweep queues the child of a parent 
   assert.equal(await jobState(pool, job.id), 'running');
   assert.deepEqual(await sweep(pool), NOTHING, 'a second sweep does nothing');
 
-  const test1 = await claimNamed(worker, 'test');
+  const test1 = await claimNamed(pool, worker, 'test');
   const done = await completeTask(pool, {
     workerId: worker,
     taskId: test1.id,
@@ -264,8 +242,8 @@ test('a lost fan-in promotion is repaired: two parents finished at once, the chi
     spec('b'),
     spec('join', { needs: ['a', 'b'] }),
   ]);
-  const a = await claimNamed(worker, 'a');
-  const b = await claimNamed(worker, 'b');
+  const a = await claimNamed(pool, worker, 'a');
+  const b = await claimNamed(pool, worker, 'b');
   await outcomeWithoutFollowUp(a, 'success');
   await outcomeWithoutFollowUp(b, 'success');
 
@@ -282,7 +260,7 @@ test('a lost promotion whose producer finished without a declared output fails t
     spec('package', { needs: ['build'] }),
     spec('publish', { needs: ['package'] }),
   ]);
-  const build = await claimNamed(worker, 'build');
+  const build = await claimNamed(pool, worker, 'build');
   await outcomeWithoutFollowUp(build, 'success');
 
   assert.deepEqual(
@@ -305,7 +283,7 @@ test('the sweep leaves a job that still has work alone', async () => {
     spec('test', { needs: ['build'] }),
     spec('lint'),
   ]);
-  await claimNamed(worker, 'build');
+  await claimNamed(pool, worker, 'build');
   const { job: pending } = await createJob(pool, {
     projectId: project,
     ref: 'refs/heads/compiling',
@@ -335,7 +313,7 @@ test('a runner that stops heartbeating loses its task after the lease; its late 
   const workerA = await makeWorker(pool);
   const workerB = await makeWorker(pool);
   const job = await startedJob(pool, project, [spec('deploy', { maxAttempts: 3 })]);
-  const a = await claimNamed(workerA, 'deploy', { leaseS: 30 });
+  const a = await claimNamed(pool, workerA, 'deploy', { leaseS: 30 });
   assert.deepEqual(await sweep(pool), NOTHING, 'a live lease is left alone');
 
   // A's last heartbeat holds the task for one second more; then A goes silent.
@@ -347,7 +325,7 @@ test('a runner that stops heartbeating loses its task after the lease; its late 
   assert.equal(task.lease_id, null);
   assert.match(task.error ?? '', /lease expired/);
 
-  const b = await claimNamed(workerB, 'deploy');
+  const b = await claimNamed(pool, workerB, 'deploy');
   assert.equal(b.attempt, 2);
   assert.notEqual(b.lease_id, a.lease_id);
 
@@ -389,16 +367,16 @@ test('lost leases never take a task past its maximum attempts: the task fails, i
     spec('after', { needs: ['flaky'] }),
     spec('last', { needs: ['after'] }),
   ]);
-  const first = await claimNamed(worker, 'flaky');
+  const first = await claimNamed(pool, worker, 'flaky');
   await expireLease(first.id);
   assert.deepEqual(await sweep(pool), summary({ leases_expired: 1, tasks_requeued: 1 }));
 
-  const second = await claimNamed(worker, 'flaky');
+  const second = await claimNamed(pool, worker, 'flaky');
   assert.equal(second.attempt, 2);
   await expireLease(second.id);
   assert.deepEqual(
-    withoutSkipped(await sweep(pool)),
-    withoutSkipped(summary({ leases_expired: 1, tasks_failed: 1, jobs_settled: 1 })),
+    await sweep(pool),
+    summary({ leases_expired: 1, tasks_failed: 1, tasks_skipped: 2, jobs_settled: 1 }),
   );
 
   const tasks = await tasksOf(pool, job.id);
@@ -427,15 +405,15 @@ test('a task running past its timeout fails as timed out and is not retried', as
     spec('slow', { timeoutS: 90, maxAttempts: 3 }),
     spec('after', { needs: ['slow'] }),
   ]);
-  const slow = await claimNamed(worker, 'slow');
+  const slow = await claimNamed(pool, worker, 'slow');
   // The runner keeps heartbeating (its lease is live) but the script runs on.
   await pool.query(
     `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
     [slow.id],
   );
   assert.deepEqual(
-    withoutSkipped(await sweep(pool)),
-    withoutSkipped(summary({ tasks_timed_out: 1, tasks_failed: 1, jobs_settled: 1 })),
+    await sweep(pool),
+    summary({ tasks_timed_out: 1, tasks_failed: 1, tasks_skipped: 1, jobs_settled: 1 }),
   );
   const tasks = await tasksOf(pool, job.id);
   assert.equal(tasks.slow!.state, 'failed');
@@ -469,7 +447,7 @@ test('a timed-out task allowed to fail lets its dependent proceed', async () => 
     spec('slow', { timeoutS: 90, allowFailure: true }),
     spec('after', { needs: ['slow'] }),
   ]);
-  const slow = await claimNamed(worker, 'slow');
+  const slow = await claimNamed(pool, worker, 'slow');
   await pool.query(
     `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
     [slow.id],
@@ -479,7 +457,7 @@ test('a timed-out task allowed to fail lets its dependent proceed', async () => 
     summary({ tasks_timed_out: 1, tasks_failed: 1, tasks_promoted: 1 }),
   );
   assert.equal((await tasksOf(pool, job.id)).slow!.error, 'timed out after 1m30s');
-  const after = await claimNamed(worker, 'after');
+  const after = await claimNamed(pool, worker, 'after');
   const done = await completeTask(pool, {
     workerId: worker,
     taskId: after.id,
@@ -496,7 +474,7 @@ test('an expired lease of a task whose job was cancelled records the task cancel
     spec('build', { maxAttempts: 3 }),
     spec('test', { needs: ['build'] }),
   ]);
-  const build = await claimNamed(worker, 'build');
+  const build = await claimNamed(pool, worker, 'build');
   const cancelled = await cancelJob(pool, job.id, 'stopped by a person');
   assert.equal(cancelled.state, 'cancelled');
   await expireLease(build.id);
@@ -567,14 +545,14 @@ test('two sweeps running at once repair each broken thing exactly once: leases, 
   const promotionJobs: string[] = [];
   for (let i = 0; i < 20; i++) {
     const job = await startedJob(pool, project, [spec('t', { maxAttempts: 3 })]);
-    const t = await claimNamed(worker, 't');
+    const t = await claimNamed(pool, worker, 't');
     await expireLease(t.id);
     expiredJobs.push(job.id);
   }
   for (let i = 0; i < 10; i++) {
     const job = await startedJob(pool, project, [spec('last')]);
     await outcomeWithoutFollowUp(
-      await claimNamed(worker, 'last'),
+      await claimNamed(pool, worker, 'last'),
       i % 3 === 0 ? 'failed' : 'success',
     );
     stalledJobs.push(job.id);
@@ -584,13 +562,13 @@ test('two sweeps running at once repair each broken thing exactly once: leases, 
       spec('parent'),
       spec('child', { needs: ['parent'] }),
     ]);
-    await outcomeWithoutFollowUp(await claimNamed(worker, 'parent'), 'success');
+    await outcomeWithoutFollowUp(await claimNamed(pool, worker, 'parent'), 'success');
     promotionJobs.push(job.id);
   }
   const timedOutJobs: string[] = [];
   for (let i = 0; i < 5; i++) {
     const job = await startedJob(pool, project, [spec('slow', { timeoutS: 90 })]);
-    const slow = await claimNamed(worker, 'slow');
+    const slow = await claimNamed(pool, worker, 'slow');
     await pool.query(
       `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
       [slow.id],
@@ -692,8 +670,8 @@ test('the sweep counts the dependents it skips when it fails a lost or timed-out
     spec('slow', { timeoutS: 90 }),
     spec('after', { needs: ['slow'] }),
   ]);
-  const flaky = await claimNamed(worker, 'flaky');
-  const slow = await claimNamed(worker, 'slow');
+  const flaky = await claimNamed(pool, worker, 'flaky');
+  const slow = await claimNamed(pool, worker, 'slow');
   await expireLease(flaky.id);
   await pool.query(
     `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
