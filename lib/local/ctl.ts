@@ -1,11 +1,10 @@
 // The admin CLI (`npm run ctl -- <command>`): creates projects, workers and
 // secrets, sends a signed test webhook, lists jobs and shows one, all through
 // the HTTP API, like any other client.
-import { randomUUID } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { signBody, WEBHOOK_HEADERS } from '../forge/webhook.ts';
+import { sendPush } from './push.ts';
 
 export const USAGE = `usage: npm run ctl -- <command> [options]
 
@@ -194,38 +193,19 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         const projectId = required(values, 'project');
         const { project } = (await api('GET', `/v1/projects/${encodeURIComponent(projectId)}`))
           .json;
-        const forge = project.forge as 'github' | 'gitea';
-        const sha = required(values, 'sha');
-        const ref = values.ref ?? 'refs/heads/main';
-        const payload = {
-          ref,
-          before: '0'.repeat(sha.length),
-          after: sha,
-          created: false,
-          deleted: false,
-          forced: false,
-          repository: {
-            full_name: project.repo,
-            name: project.repo.split('/')[1],
-            clone_url: project.repo_url,
-          },
-          head_commit: { id: sha, message: 'sent by npm run ctl' },
-          pusher: { name: 'conductor-ctl' },
-        };
-        const raw = Buffer.from(JSON.stringify(payload));
-        const names = WEBHOOK_HEADERS[forge];
-        const res = await doFetch(`${base}/v1/webhooks/${forge}`, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            [names.event]: 'push',
-            [names.delivery]: randomUUID(),
-            [names.signature]: signBody(forge, raw, required(values, 'secret')),
-          },
-          body: raw,
+        const res = await sendPush({
+          url: base,
+          forge: project.forge,
+          repo: project.repo,
+          repoUrl: project.repo_url,
+          sha: required(values, 'sha'),
+          ref: values.ref ?? 'refs/heads/main',
+          secret: required(values, 'secret'),
+          message: 'sent by npm run ctl',
+          fetch: doFetch,
         });
-        io.out(`HTTP ${res.status} ${await res.text()}`);
-        return res.ok ? 0 : 1;
+        io.out(`HTTP ${res.status} ${res.text}`);
+        return res.status >= 200 && res.status < 300 ? 0 : 1;
       }
       case 'trigger': {
         const project = required(values, 'project');

@@ -3,13 +3,12 @@
 // project and two workers, a signed GitHub-style push, two runners, a live line
 // for each task state change, and a table at the end.
 import { execFileSync } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { signBody } from '../forge/webhook.ts';
 import { setQuiet } from '../log.ts';
 import { type Runner, startRunner } from '../runner/index.ts';
+import { sendPush } from './push.ts';
 import { startLocalStack } from './stack.ts';
 
 export const DEMO_PIPELINE = `version: 1
@@ -114,30 +113,19 @@ export async function runDemo(
     ];
     out('project      demo, with secret DEPLOY_TOKEN and two workers');
 
-    const payload = Buffer.from(
-      JSON.stringify({
-        ref: 'refs/heads/main',
-        before: '0'.repeat(40),
-        after: sha,
-        deleted: false,
-        repository: { full_name: 'example/demo', clone_url: repo },
-        head_commit: { id: sha, message: 'a pipeline' },
-        pusher: { name: 'demo' },
-      }),
-    );
-    const hook = await fetch(`${url}/v1/webhooks/github`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        'x-github-event': 'push',
-        'x-github-delivery': randomUUID(),
-        'x-hub-signature-256': signBody('github', payload, project.webhook_secret),
-      },
-      body: payload,
+    const hook = await sendPush({
+      url,
+      forge: 'github',
+      repo: 'example/demo',
+      repoUrl: repo,
+      sha,
+      ref: 'refs/heads/main',
+      secret: project.webhook_secret,
+      message: 'a pipeline',
     });
-    const accepted = (await hook.json()) as { job_id: string; number: number };
     if (hook.status !== 202)
-      throw new Error(`the webhook was answered ${hook.status}: ${JSON.stringify(accepted)}`);
+      throw new Error(`the webhook was answered ${hook.status}: ${hook.text}`);
+    const accepted = JSON.parse(hook.text) as { job_id: string; number: number };
     out(`webhook      push to main answered 202: job #${accepted.number}`);
     out('');
 

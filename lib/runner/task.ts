@@ -3,9 +3,9 @@
 // on cancel, timeout, shutdown or a lost lease, then complete.
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { formatDuration } from '../duration.ts';
 import { Backoff } from './backoff.ts';
 import { HttpStatusError, type RunnerClient } from './client.ts';
-import { formatSeconds } from './duration.ts';
 import type { Logger, RunnerEvent, TaskRef } from './events.ts';
 import type { Execution, Executor } from './executor.ts';
 import { CheckoutError, checkout, redactUrl } from './git.ts';
@@ -105,7 +105,7 @@ export class TaskRun {
     this.abort.abort();
     if (reason === 'lease-lost') this.logs.cancel('the lease was lost');
     else if (reason === 'timeout') {
-      this.note(`timed out after ${formatSeconds(this.task.timeout_s)}: stopping the script`);
+      this.note(`timed out after ${formatDuration(this.task.timeout_s)}: stopping the script`);
     } else this.note(NOTES[reason]);
     this.execution?.stop(this.ctx.killGraceMs);
   }
@@ -276,7 +276,7 @@ export class TaskRun {
           outcome: 'failed',
           exitCode,
           transient: false,
-          error: `timed out after ${formatSeconds(this.task.timeout_s)}`,
+          error: `timed out after ${formatDuration(this.task.timeout_s)}`,
         };
       case 'shutdown':
         return {

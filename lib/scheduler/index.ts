@@ -1,3 +1,4 @@
+export { formatDuration } from '../duration.ts';
 export { cancelJob, cancelJobsTx, cancelPullRequest } from './cancel.ts';
 export { type ClaimedTask, type ClaimOptions, claimTask } from './claim.ts';
 export {
@@ -21,5 +22,5 @@ export { enqueueSettled, enqueueStatus, shortDescription } from './outbox.ts';
 export { type FollowUpResult, followUp, settleJob } from './progress.ts';
 export { type RerunResult, rerunJob } from './rerun.ts';
 export { purgeExpired, type RetentionOptions, type RetentionSummary } from './retention.ts';
-export { formatDuration, type SweepOptions, type SweepSummary, sweep } from './sweep.ts';
+export { type SweepOptions, type SweepSummary, sweep } from './sweep.ts';
 export * from './types.ts';

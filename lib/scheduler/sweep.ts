@@ -4,6 +4,7 @@
 // transaction would be aborted by any heartbeat on a row it touched, and would
 // hold locks runners are waiting for.
 import { type Pool, transaction } from '../db/index.ts';
+import { formatDuration } from '../duration.ts';
 import { log } from '../log.ts';
 import type { TaskState } from '../states.ts';
 import { endAttemptTx } from './attempt.ts';
@@ -42,15 +43,6 @@ export interface SweepSummary {
   errors: number;
   /** Jobs whose compile the caller must dispatch again. */
   dispatch: string[];
-}
-
-/** Formats seconds the way pipeline files write them: 90s, 10m, 2h, or 1h30m. */
-export function formatDuration(seconds: number): string {
-  const h = Math.floor(seconds / 3600);
-  const m = Math.floor((seconds % 3600) / 60);
-  const s = seconds % 60;
-  const parts = [h ? `${h}h` : '', m ? `${m}m` : '', s ? `${s}s` : ''].filter(Boolean);
-  return parts.length ? parts.join('') : '0s';
 }
 
 type Repair = { state: TaskState; jobId: string; skipped: number } | null;

@@ -5,10 +5,10 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { formatDuration } from '../../lib/duration.ts';
 import { Backoff } from '../../lib/runner/backoff.ts';
 import { parseRunnerArgs } from '../../lib/runner/cli.ts';
 import { HttpStatusError } from '../../lib/runner/client.ts';
-import { formatSeconds } from '../../lib/runner/duration.ts';
 import { exportFile, hostEnvironment, taskVariables } from '../../lib/runner/env.ts';
 import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../lib/runner/git.ts';
 import { containerName, dockerRunArgs, startRunner, type Task } from '../../lib/runner/index.ts';
@@ -312,10 +312,10 @@ test('polling backs off with jitter from about half a second up to its ceiling',
 });
 
 test('timeouts read as the pipeline writes durations', () => {
-  assert.equal(formatSeconds(2), '2s');
-  assert.equal(formatSeconds(90), '1m30s');
-  assert.equal(formatSeconds(3600), '1h');
-  assert.equal(formatSeconds(604_800), '168h');
+  assert.equal(formatDuration(2), '2s');
+  assert.equal(formatDuration(90), '1m30s');
+  assert.equal(formatDuration(3600), '1h');
+  assert.equal(formatDuration(604_800), '168h');
 });
 
 test('the clone token goes in a header through git config variables, and only where it may', () => {
