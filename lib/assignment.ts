@@ -4,10 +4,9 @@
 import type { AuthenticatedWorker } from './auth.ts';
 import type { Pool } from './db/index.ts';
 import { ValidationError } from './errors.ts';
-import { forgeToken, getProjectRow, secretValues } from './projects.ts';
+import { forgeToken, secretValues } from './projects.ts';
 import { type ClaimedTask, claimTask } from './scheduler/index.ts';
 import type { Keyring } from './secrets.ts';
-import { touchWorker } from './workers.ts';
 
 export interface Assignment {
   id: string;
@@ -52,34 +51,21 @@ export async function claimForWorker(
       );
     }
   }
-  await touchWorker(pool, worker.id);
   const task = await claimTask(pool, worker.id, labels ?? worker.labels, { leaseS });
   if (!task) return null;
   return assemble(pool, keyring, task);
 }
 
 async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promise<Assignment> {
-  // Read after the claim committed: the lease makes the task ours, and the
-  // outputs of finished tasks no longer change.
-  const project = await getProjectRow(pool, task.project_id);
-  const outputs = await pool.query<{ task: string; name: string; value: string }>(
-    `select p.name as task, o.name, o.value
-       from task_needs n join tasks p on p.id = n.need_id join task_outputs o on o.task_id = p.id
-      where n.task_id = $1
-      order by p.position, o.name`,
-    [task.id],
-  );
-  const needsOutputs: Record<string, Record<string, string>> = {};
-  for (const row of outputs.rows) {
-    needsOutputs[row.task] ??= {};
-    needsOutputs[row.task]![row.name] = row.value;
-  }
-  // Untrusted jobs (pull requests from forks) run, but with no secret values
-  // and no token: their code is not the project's own.
+  // The claim answered the project and the outputs of the needed tasks with
+  // the task; only secret values need another read, and only when the job is
+  // trusted (not a pull request from a fork) and the task names some.
   const secrets = task.trusted
     ? await secretValues(pool, keyring, task.project_id, task.secrets)
     : {};
-  const token = task.trusted && project ? forgeToken(keyring, project) : null;
+  const token = task.trusted
+    ? forgeToken(keyring, { id: task.project_id, forge_token_enc: task.forge_token_enc })
+    : null;
   return {
     id: task.id,
     job_id: task.job_id,
@@ -93,10 +79,10 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
     env: task.env,
     secrets,
     matrix: task.matrix,
-    needs_outputs: needsOutputs,
+    needs_outputs: task.needs_outputs,
     timeout_s: task.timeout_s,
     repo: {
-      url: project?.repo_url ?? '',
+      url: task.repo_url,
       sha: task.sha,
       ref: task.ref,
       ...(token ? { token } : {}),

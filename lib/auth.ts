@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { Queryable } from './db/index.ts';
+import { type Pool, prepared, statement } from './db/index.ts';
 import { UnauthorizedError } from './errors.ts';
 import { bearerToken, type HttpEvent } from './http/index.ts';
 
@@ -29,13 +29,30 @@ export interface AuthenticatedWorker {
   labels: string[];
 }
 
-/** Requires the token of a worker that is not revoked; any other token, or none, is a 401. */
-export async function requireWorker(db: Queryable, event: HttpEvent): Promise<AuthenticatedWorker> {
+// The token check also records that the worker was seen, at most once a
+// minute, in the same statement: a polling runner costs one round trip here
+// and writes nothing between those minutes.
+const REQUIRE_WORKER = `
+  with w as (
+    select id, name, labels from workers where token_hash = $1 and not revoked
+  ), seen as (
+    update workers x set last_seen_at = now()
+      from w
+     where x.id = w.id
+       and (x.last_seen_at is null or x.last_seen_at < now() - interval '60 seconds')
+  )
+  select id, name, labels from w`;
+
+/**
+ * Requires the token of a worker that is not revoked; any other token, or
+ * none, is a 401. Marks the worker seen (at most once a minute).
+ */
+export async function requireWorker(db: Pool, event: HttpEvent): Promise<AuthenticatedWorker> {
   const token = bearerToken(event);
   if (!token) throw new UnauthorizedError('a worker token is required');
-  const { rows } = await db.query<AuthenticatedWorker>(
-    'select id, name, labels from workers where token_hash = $1 and not revoked',
-    [hashToken(token)],
+  const rows = await statement<AuthenticatedWorker>(
+    db,
+    prepared('conductor_require_worker', REQUIRE_WORKER, [hashToken(token)]),
   );
   const worker = rows[0];
   if (!worker) throw new UnauthorizedError('a worker token is required');

@@ -259,7 +259,10 @@ export function webhookSecret(keyring: Keyring, project: ProjectRow): string {
 }
 
 /** The project's forge token in plain text, or null. */
-export function forgeToken(keyring: Keyring, project: ProjectRow): string | null {
+export function forgeToken(
+  keyring: Keyring,
+  project: Pick<ProjectRow, 'id' | 'forge_token_enc'>,
+): string | null {
   return project.forge_token_enc === null
     ? null
     : decrypt(keyring, project.forge_token_enc, sealContext.forgeToken(project.id));

@@ -58,17 +58,3 @@ export async function revokeWorker(pool: Pool, id: string): Promise<void> {
   });
   if (!found) throw new NotFoundError(`worker ${id} does not exist`);
 }
-
-/**
- * Records that a worker was seen, at most once a minute, so the claims a
- * polling runner makes while idle do not each write a row.
- */
-export async function touchWorker(pool: Pool, id: string): Promise<void> {
-  await transaction(pool, (tx) =>
-    tx.query(
-      `update workers set last_seen_at = now()
-        where id = $1 and (last_seen_at is null or last_seen_at < now() - interval '60 seconds')`,
-      [id],
-    ),
-  );
-}

@@ -2,6 +2,14 @@ export { loadMigrations, type Migration, MigrationError, migrate } from './migra
 export { createPool, type Pool, type PoolConfig, type Queryable } from './pool.ts';
 export { RETRYABLE_SQLSTATES, SQLSTATE, sqlState } from './sqlstate.ts';
 export {
+  prepared,
+  type StatementOptions,
+  type StatementResult,
+  setPreparedStatements,
+  statement,
+  statementWithStats,
+} from './statement.ts';
+export {
   type Isolation,
   TransactionConflictError,
   type TransactionOptions,

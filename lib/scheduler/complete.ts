@@ -1,4 +1,4 @@
-import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { JobState, TaskState } from '../states.ts';
 import { endAttemptTx } from './attempt.ts';
@@ -88,7 +88,76 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
     );
   }
 
-  const outcome = await transaction(pool, async (tx): Promise<Outcome> => {
+  const outcome =
+    (await recordSuccess(pool, c, outputs)) ?? (await recordOutcome(pool, c, outputs));
+
+  if (!outcome.final) return { state: outcome.state, job_state: null, job_id: outcome.jobId };
+  // A repeat runs the follow-up again too: if the first one was lost (the
+  // runner's connection dropped after the outcome committed), this finishes
+  // it. It still answers job_state null: only the first completion reports.
+  const follow = await followUpAfterCommit(pool, outcome.jobId, c.taskId);
+  return {
+    state: outcome.state,
+    job_state: outcome.repeated ? null : (follow?.jobState ?? null),
+    job_id: outcome.jobId,
+  };
+}
+
+// The common outcome in one statement: a success under the current lease of a
+// task whose job was not cancelled. Outputs, task and attempt commit together.
+// At READ COMMITTED an UPDATE that waited for a concurrent cancel or sweep
+// re-checks its WHERE against their commit and then matches nothing; so does
+// a repeat, a stale lease, or a cancelled job: all go to recordOutcome.
+const SUCCESS = `
+  with done as (
+    update tasks
+       set state = 'success', lease_expires_at = null, finished_at = now(),
+           error = $4, exit_code = $5
+     where id = $1 and state = 'running' and lease_id = $2 and worker_id = $3
+       and not cancel_requested
+    returning id, job_id, attempt
+  ), attempt as (
+    update task_attempts a
+       set outcome = 'success', reported_outcome = 'success', result_state = 'success',
+           transient = $6, exit_code = $5, error = $4, finished_at = now()
+      from done d
+     where a.task_id = d.id and a.attempt = d.attempt
+  ), outputs as (
+    insert into task_outputs (task_id, name, value)
+    select d.id, o.key, o.value from done d cross join jsonb_each_text($7::jsonb) o
+    on conflict (task_id, name) do update set value = excluded.value
+  )
+  select job_id from done`;
+
+async function recordSuccess(
+  pool: Pool,
+  c: Completion,
+  outputs: Record<string, string>,
+): Promise<Outcome | null> {
+  if (c.outcome !== 'success') return null;
+  const rows = await statement<{ job_id: string }>(
+    pool,
+    prepared('conductor_complete_success', SUCCESS, [
+      c.taskId,
+      c.leaseId,
+      c.workerId,
+      c.error ?? null,
+      c.exitCode ?? null,
+      c.transient ?? false,
+      JSON.stringify(outputs),
+    ]),
+  );
+  const row = rows[0];
+  return row ? { state: 'success', jobId: row.job_id, final: true, repeated: false } : null;
+}
+
+/** Any outcome, a repeat, or a lease problem, in a transaction that locks the task. */
+async function recordOutcome(
+  pool: Pool,
+  c: Completion,
+  outputs: Record<string, string>,
+): Promise<Outcome> {
+  return transaction(pool, async (tx): Promise<Outcome> => {
     // FOR UPDATE: a cancel or a sweep that committed after our snapshot makes
     // this raise 40001, and the retry sees the cancel flag or the new lease.
     const found = await tx.query<TaskRow>('select * from tasks where id = $1 for update', [
@@ -149,15 +218,4 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
     });
     return { state, jobId: task.job_id, final: state !== 'queued', repeated: false };
   });
-
-  if (!outcome.final) return { state: outcome.state, job_state: null, job_id: outcome.jobId };
-  // A repeat runs the follow-up again too: if the first one was lost (the
-  // runner's connection dropped after the outcome committed), this finishes
-  // it. It still answers job_state null: only the first completion reports.
-  const follow = await followUpAfterCommit(pool, outcome.jobId, c.taskId);
-  return {
-    state: outcome.state,
-    job_state: outcome.repeated ? null : (follow?.jobState ?? null),
-    job_id: outcome.jobId,
-  };
 }

@@ -4,10 +4,9 @@
 // REPEATABLE READ a snapshot taken before a sibling's commit still sees that
 // sibling running, so deciding inside the completing transaction strands
 // children and jobs when two tasks finish at once.
-import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
 import type { JobState } from '../states.ts';
-import { enqueueSettled } from './outbox.ts';
 
 /** Skips every waiting or queued task reachable from `fromIds`; returns how many. */
 export async function skipReachable(
@@ -127,30 +126,59 @@ export async function promoteReady(
   return result;
 }
 
+// Settles a running job with nothing left to do, and records its commit status
+// (for a project with a forge token and a forge URL, as enqueueStatus does)
+// with a summary such as "7 passed, 1 allowed to fail", in one statement: a
+// racing settle waits for the job row only while this statement commits, then
+// re-checks `state = 'running'` and matches nothing.
+const SETTLE_CTES = `
+  settled as (
+    update jobs j
+       set state = case when exists (
+                     select 1 from tasks t
+                      where t.job_id = j.id and t.state in ('failed', 'cancelled') and not t.allow_failure)
+                   then 'failed' else 'success' end,
+           finished_at = now()
+     where j.id = $1
+       and j.state = 'running'
+       and not exists (
+             select 1 from tasks t
+              where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
+    returning j.id, j.state, j.project_id
+  ), counts as (
+    select count(*) filter (where t.state = 'success') as passed,
+           count(*) filter (where t.state = 'failed' and not t.allow_failure) as failed,
+           count(*) filter (where t.state = 'failed' and t.allow_failure) as allowed,
+           count(*) filter (where t.state = 'skipped') as skipped,
+           count(*) filter (where t.state = 'cancelled') as cancelled
+      from tasks t
+     where t.job_id = $1 and exists (select 1 from settled)
+  ), status as (
+    insert into status_outbox (job_id, state, description)
+    select s.id,
+           case when s.state = 'success' then 'success' else 'failure' end,
+           concat_ws(', ', c.passed || ' passed',
+                     nullif(c.failed, 0) || ' failed',
+                     nullif(c.allowed, 0) || ' allowed to fail',
+                     nullif(c.skipped, 0) || ' skipped',
+                     nullif(c.cancelled, 0) || ' cancelled')
+      from settled s
+      join projects p on p.id = s.project_id
+      cross join counts c
+     where p.forge_token_enc is not null and p.repo_url ~ '^https?://'
+  )`;
+const SETTLE = `with ${SETTLE_CTES} select state from settled`;
+
 /**
  * Settles a running job with nothing left to do: failed if a task failed or was
  * cancelled without allow_failure, else success. Conditional on 'running', so
  * of two racing settles exactly one moves the row and reports the new state.
  */
-export async function settleJob(tx: Queryable, jobId: string): Promise<JobState | null> {
-  const { rows } = await tx.query<{ state: JobState }>(
-    `update jobs j
-        set state = case when exists (
-                      select 1 from tasks t
-                       where t.job_id = j.id and t.state in ('failed', 'cancelled') and not t.allow_failure)
-                    then 'failed' else 'success' end,
-            finished_at = now()
-      where j.id = $1
-        and j.state = 'running'
-        and not exists (
-              select 1 from tasks t
-               where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
-      returning j.state`,
-    [jobId],
+export async function settleJob(db: Queryable, jobId: string): Promise<JobState | null> {
+  const { rows } = await db.query<{ state: JobState }>(
+    prepared('conductor_settle', SETTLE, [jobId]),
   );
-  const state = rows[0]?.state ?? null;
-  if (state) await enqueueSettled(tx, jobId, state);
-  return state;
+  return rows[0]?.state ?? null;
 }
 
 export interface FollowUpResult extends PromoteResult {
@@ -174,13 +202,39 @@ export async function followUp(
       const jobState = await settleJob(tx, jobId);
       return { ...promoted, jobState };
     },
-    // Fan-ins make these collide on the child row; retries are cheap reads.
-    { maxRetries: 20 },
+    // READ COMMITTED: each statement reads the newest commits, and a
+    // conditional write that waited for a racing follow-up (the same child
+    // to promote, the same job to settle) re-checks its row and matches
+    // nothing instead of failing with 40001 and starting over after a back-off.
+    { isolation: 'read committed', maxRetries: 20 },
   );
 }
 
+// The follow-up of a finished task, as one statement in its own transaction:
+// it settles the job if nothing is left (the SETTLE statement above), and
+// answers whether a child of the task is waiting with every need finished
+// (promoteReady's candidates). Most completions find neither (siblings are
+// still running, the task has no children) and write nothing. Run after the
+// outcome committed, it sees that commit; a sibling that commits later runs
+// its own and sees this one. A job with a child to promote is not finished, so
+// the settle and the promotion never both have work in one snapshot.
+const FOLLOW_UP = `
+  with ${SETTLE_CTES}
+  select (select state from settled) as job_state,
+         exists (
+           select 1
+             from task_needs e join tasks w on w.id = e.task_id
+            where e.need_id = $2::uuid and w.state = 'waiting'
+              and not exists (
+                    select 1 from task_needs n join tasks p on p.id = n.need_id
+                     where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
+         ) as promote`;
+
+const NOTHING: FollowUpResult = { promoted: 0, failed: 0, skipped: 0, jobState: null };
+
 /**
- * The follow-up after an outcome that has already committed: a failure here
+ * The follow-up after an outcome that has already committed (of `parentId`,
+ * when a task finished; without, a job that just started): a failure here
  * must not turn that outcome into an error for the caller, so it is logged and
  * left to the sweep, which repairs lost promotions and settles.
  */
@@ -190,6 +244,13 @@ export async function followUpAfterCommit(
   parentId?: string,
 ): Promise<FollowUpResult | null> {
   try {
+    if (parentId !== undefined) {
+      const [row] = await statement<{ job_state: JobState | null; promote: boolean }>(
+        pool,
+        prepared('conductor_follow_up', FOLLOW_UP, [jobId, parentId]),
+      );
+      if (!row?.promote) return { ...NOTHING, jobState: row?.job_state ?? null };
+    }
     return await followUp(pool, jobId, parentId);
   } catch (err) {
     log('warn', 'follow-up failed; the sweep will finish it', { job_id: jobId, err });

@@ -1,0 +1,68 @@
+// One statement in its own (implicit) transaction: the hot paths' claim,
+// outcome and follow-up check are each a single statement, so they cost one
+// round trip instead of BEGIN, the statement and COMMIT.
+import type pg from 'pg';
+import type { Pool } from './pool.ts';
+import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
+import { TransactionConflictError } from './transaction.ts';
+
+let prepare = true;
+
+/**
+ * Whether hot statements are sent as named prepared statements, parsed and
+ * planned once per connection. On by default; turn it off behind a connection
+ * pooler that multiplexes sessions (RDS Proxy pins a session that prepares).
+ */
+export function setPreparedStatements(on: boolean): void {
+  prepare = on;
+}
+
+/** A query config that is a named prepared statement when those are on. */
+export function prepared(name: string, text: string, values: unknown[]): pg.QueryConfig {
+  return prepare ? { name, text, values } : { text, values };
+}
+
+export interface StatementOptions {
+  /** Retries on 40001/40P01 (possible only through lock waits); default 5. */
+  maxRetries?: number;
+}
+
+export interface StatementResult<R extends pg.QueryResultRow> {
+  result: pg.QueryResult<R>;
+  retries: number;
+}
+
+/**
+ * Runs one statement outside an explicit transaction, so it commits on its
+ * own, and runs it again on a deadlock or serialization failure. At READ
+ * COMMITTED a single statement re-checks rows other transactions changed
+ * meanwhile instead of failing, so retries are rare. The statement's lock
+ * waits are bounded by the transactions it waits for, which carry timeouts.
+ * Takes a pool, never the client of an open transaction: a retry there would
+ * run in a transaction that already failed.
+ */
+export async function statementWithStats<R extends pg.QueryResultRow>(
+  db: Pool,
+  query: pg.QueryConfig,
+  opts: StatementOptions = {},
+): Promise<StatementResult<R>> {
+  const maxRetries = opts.maxRetries ?? 5;
+  for (let retries = 0; ; retries++) {
+    try {
+      return { result: await db.query<R>(query), retries };
+    } catch (err) {
+      const code = sqlState(err);
+      if (code === undefined || !RETRYABLE_SQLSTATES.has(code)) throw err;
+      if (retries >= maxRetries) throw new TransactionConflictError(retries, err);
+    }
+  }
+}
+
+/** Runs one statement in its own transaction (see statementWithStats) and answers its rows. */
+export async function statement<R extends pg.QueryResultRow>(
+  db: Pool,
+  query: pg.QueryConfig,
+  opts: StatementOptions = {},
+): Promise<R[]> {
+  return (await statementWithStats<R>(db, query, opts)).result.rows;
+}
