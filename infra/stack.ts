@@ -235,6 +235,9 @@ export class ConductorStack extends Stack {
       CONDUCTOR_GITHUB_API_URL: props.githubApiUrl ?? 'https://api.github.com',
       CONDUCTOR_LEASE_S: String(props.leaseSeconds ?? 60),
       CONDUCTOR_DB_POOL_MAX: String(props.dbPoolMax ?? 2),
+      // RDS Proxy pins a session that prepares a statement to one database
+      // connection; behind it the hot statements go unprepared.
+      CONDUCTOR_DB_PREPARED_STATEMENTS: String(!this.proxy),
     };
     // lib/context.ts reads both secrets at cold start through this extension
     // (a local HTTP endpoint with a cache), so no function bundles the SDK for it.

@@ -24,6 +24,15 @@ export const ConfigSchema = z.object({
   /** The compile Lambda's name; unset means compile runs in-process. */
   CONDUCTOR_COMPILE_FUNCTION: z.string().min(1).optional(),
   CONDUCTOR_DB_POOL_MAX: positiveInt(1000).default(10),
+  /**
+   * Send the hot statements as named prepared statements (parsed and planned
+   * once per connection). Off behind RDS Proxy, which pins a session that
+   * prepares; the deployment sets it from the proxy setting.
+   */
+  CONDUCTOR_DB_PREPARED_STATEMENTS: z
+    .enum(['true', 'false'], { message: 'must be true or false' })
+    .default('true')
+    .transform((v) => v === 'true'),
   /** Deployed: the database secret (username, password, host, port, dbname) in Secrets Manager. */
   CONDUCTOR_DB_SECRET_ARN: z.string().min(1).optional(),
   /** Deployed: the host to connect to (RDS Proxy's endpoint), overriding the secret's. */

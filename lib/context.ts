@@ -5,7 +5,7 @@
 // Nothing here imports the Lambda client or the compiler: the functions that
 // do not dispatch compiles stay small (see lib/dispatch.ts).
 import { type Config, ConfigError, loadConfig } from './config.ts';
-import { createPool, type Pool } from './db/index.ts';
+import { createPool, type Pool, setPreparedStatements } from './db/index.ts';
 import { log } from './log.ts';
 import { type Keyring, parseKeyring } from './secrets.ts';
 
@@ -116,6 +116,7 @@ async function credentials(config: Config, env: NodeJS.ProcessEnv): Promise<Cred
 export async function contextFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<AppContext> {
   const config = loadConfig(env);
   const creds = await credentials(config, env);
+  setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
   const pool: Pool = createPool(
     { url: creds.databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX },
     (err) => log('warn', 'idle database connection failed', { err }),

@@ -26,3 +26,15 @@ test('a bad value fails naming the variable', () => {
 test('numbers are read from strings', () => {
   assert.equal(loadConfig({ CONDUCTOR_DB_POOL_MAX: '4' }).CONDUCTOR_DB_POOL_MAX, 4);
 });
+
+test('prepared statements are on unless set to false; another value names the variable', () => {
+  assert.equal(loadConfig({}).CONDUCTOR_DB_PREPARED_STATEMENTS, true);
+  assert.equal(
+    loadConfig({ CONDUCTOR_DB_PREPARED_STATEMENTS: 'false' }).CONDUCTOR_DB_PREPARED_STATEMENTS,
+    false,
+  );
+  assert.throws(
+    () => loadConfig({ CONDUCTOR_DB_PREPARED_STATEMENTS: 'no' }),
+    /CONDUCTOR_DB_PREPARED_STATEMENTS: must be true or false/,
+  );
+});

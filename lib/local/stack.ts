@@ -8,7 +8,7 @@ import { join, resolve } from 'node:path';
 import { newToken } from '../auth.ts';
 import { type Config, loadConfig } from '../config.ts';
 import { type AppContext, clearContext, setContext } from '../context.ts';
-import { createPool, migrate, type Pool } from '../db/index.ts';
+import { createPool, migrate, type Pool, setPreparedStatements } from '../db/index.ts';
 import { inProcessDispatcher } from '../dispatch.ts';
 import { log } from '../log.ts';
 import { generateKey, parseKeyring } from '../secrets.ts';
@@ -84,6 +84,7 @@ export async function startLocalStack(
     stopDatabase = () => server.stop();
   }
 
+  setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
   const pool: Pool = createPool({ url: databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX }, (err) =>
     log('warn', 'idle database connection failed', { err }),
   );

@@ -18,7 +18,7 @@ export {
   type StartResult,
   startJob,
 } from './jobs.ts';
-export { enqueueSettled, enqueueStatus, shortDescription } from './outbox.ts';
+export { enqueueStatus, shortDescription } from './outbox.ts';
 export { type FollowUpResult, followUp, settleJob } from './progress.ts';
 export { type RerunResult, rerunJob } from './rerun.ts';
 export { purgeExpired, type RetentionOptions, type RetentionSummary } from './retention.ts';

@@ -30,35 +30,3 @@ export async function enqueueStatus(
     [jobId, state, shortDescription(description), delayS],
   );
 }
-
-/** The status of a settled job: its state and a summary such as "7 passed, 1 allowed to fail". */
-export async function enqueueSettled(
-  tx: Queryable,
-  jobId: string,
-  jobState: string,
-): Promise<void> {
-  const { rows } = await tx.query<{
-    passed: number;
-    failed: number;
-    allowed: number;
-    skipped: number;
-    cancelled: number;
-  }>(
-    `select count(*) filter (where state = 'success')::int as passed,
-            count(*) filter (where state = 'failed' and not allow_failure)::int as failed,
-            count(*) filter (where state = 'failed' and allow_failure)::int as allowed,
-            count(*) filter (where state = 'skipped')::int as skipped,
-            count(*) filter (where state = 'cancelled')::int as cancelled
-       from tasks where job_id = $1`,
-    [jobId],
-  );
-  const c = rows[0]!;
-  const parts = [
-    `${c.passed} passed`,
-    c.failed ? `${c.failed} failed` : '',
-    c.allowed ? `${c.allowed} allowed to fail` : '',
-    c.skipped ? `${c.skipped} skipped` : '',
-    c.cancelled ? `${c.cancelled} cancelled` : '',
-  ].filter(Boolean);
-  await enqueueStatus(tx, jobId, jobState === 'success' ? 'success' : 'failure', parts.join(', '));
-}
