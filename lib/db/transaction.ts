@@ -21,6 +21,14 @@ export interface TransactionOptions {
   /** `lock_timeout` for this transaction only; unset leaves the server's. */
   lockTimeoutMs?: number;
   readOnly?: boolean;
+  /**
+   * Plan every statement as key lookups and nested loops: sequential scans,
+   * bitmap scans, hash and merge joins are disabled for this transaction. For
+   * transactions whose statements all start from a key, so a plan chosen
+   * without statistics (a new database, a burst of new rows) cannot turn a
+   * per-row lookup into a scan of the table for each row.
+   */
+  keyedPlans?: boolean;
   /** Called before each retry with the error that caused it (metrics, logs). */
   onRetry?: (err: unknown, retry: number) => void;
 }
@@ -88,6 +96,11 @@ function beginSql(opts: TransactionOptions): string {
     `set local statement_timeout = ${nonNegativeInt('statementTimeoutMs', opts.statementTimeoutMs ?? DEFAULTS.statementTimeoutMs)}`,
     `set local idle_in_transaction_session_timeout = ${nonNegativeInt('idleTimeoutMs', opts.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs)}`,
   ];
+  if (opts.keyedPlans) {
+    for (const setting of ['seqscan', 'bitmapscan', 'hashjoin', 'mergejoin']) {
+      parts.push(`set local enable_${setting} = off`);
+    }
+  }
   if (opts.lockTimeoutMs !== undefined) {
     parts.push(`set local lock_timeout = ${nonNegativeInt('lockTimeoutMs', opts.lockTimeoutMs)}`);
   }

@@ -51,7 +51,7 @@ const CLAIM = `
     select id, attempt, lease_id, worker_id from claimed
   )
   select c.*, j.project_id, j.sha, j.ref, j.trusted, p.repo_url, p.forge_token_enc,
-         coalesce((
+         case when cardinality(c.needs) = 0 then '{}'::jsonb else coalesce((
            select jsonb_object_agg(x.name, x.outputs)
              from (select n.name, jsonb_object_agg(o.name, o.value) as outputs
                      from task_needs e
@@ -59,7 +59,7 @@ const CLAIM = `
                      join task_outputs o on o.task_id = n.id
                     where e.task_id = c.id
                     group by n.name) x
-         ), '{}'::jsonb) as needs_outputs
+         ), '{}'::jsonb) end as needs_outputs
     from claimed c
     join jobs j on j.id = c.job_id
     join projects p on p.id = j.project_id`;

@@ -206,7 +206,9 @@ export async function followUp(
     // conditional write that waited for a racing follow-up (the same child
     // to promote, the same job to settle) re-checks its row and matches
     // nothing instead of failing with 40001 and starting over after a back-off.
-    { isolation: 'read committed', maxRetries: 20 },
+    // Keyed plans: without statistics the planner scanned every task once per
+    // candidate child (a fan-out of 1,000 took 0.9 s to promote).
+    { isolation: 'read committed', keyedPlans: true, maxRetries: 20 },
   );
 }
 
@@ -217,18 +219,13 @@ export async function followUp(
 // still running, the task has no children) and write nothing. Run after the
 // outcome committed, it sees that commit; a sibling that commits later runs
 // its own and sees this one. A job with a child to promote is not finished, so
-// the settle and the promotion never both have work in one snapshot.
+// the settle and the promotion never both have work in one snapshot. The
+// child check is conductor_child_ready (migrations/002), whose plan is a keyed
+// walk whatever the statistics say.
 const FOLLOW_UP = `
   with ${SETTLE_CTES}
   select (select state from settled) as job_state,
-         exists (
-           select 1
-             from task_needs e join tasks w on w.id = e.task_id
-            where e.need_id = $2::uuid and w.state = 'waiting'
-              and not exists (
-                    select 1 from task_needs n join tasks p on p.id = n.need_id
-                     where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
-         ) as promote`;
+         conductor_child_ready($2::uuid) as promote`;
 
 const NOTHING: FollowUpResult = { promoted: 0, failed: 0, skipped: 0, jobState: null };
 
