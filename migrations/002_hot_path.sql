@@ -1,24 +1,56 @@
--- The claim's choice of task, as a function so that its plan never depends on
--- the table's statistics. Queued tasks come and go in bursts, so the planner's
--- estimate of how many there are is usually far too low; with a low estimate
--- it reads every queued task and sorts them for each claim (measured: 5.5 ms
--- per claim with 1,500 queued) instead of walking tasks_claimable in order and
--- stopping at the first task it can lock. With sorting disabled the ordered
--- index walk is the only plan left. PL/pgSQL also keeps the plan for the
--- session, so the claim is not re-planned on every call without a client-side
--- prepared statement (which would pin a session behind RDS Proxy).
+-- The task cycle's three steps (claim, a successful outcome, the follow-up) as
+-- PL/pgSQL functions, each called in one statement that commits on its own.
 --
--- Answers the id of the oldest job's queued task whose labels are all among
--- p_labels, locked FOR UPDATE for the calling transaction, or null. SKIP
--- LOCKED passes over tasks other claimers hold. The job's state is one
--- primary-key probe per candidate.
-create function conductor_claim_candidate(p_labels text[]) returns uuid
+-- Why functions:
+-- * One round trip per step, and each statement inside reads with its own,
+--   newer snapshot (at READ COMMITTED, PostgreSQL's default, which these
+--   functions assume): the claim reads the outputs of a task's needs after it
+--   has locked the task, so it sees every output committed before the task
+--   was queued.
+-- * Plans that do not depend on statistics. Queued tasks arrive in bursts and
+--   new databases have none, so estimates are usually far off: the planner
+--   read and sorted every queued task on each claim (5.5 ms a claim with 1,500
+--   queued), and read a child's edges in insertion order, which is the order
+--   parents finish in (a fan-in of 1,000 cost O(n) per parent). With sorts,
+--   bitmap scans and (where every lookup starts from a key) sequential scans,
+--   hash and merge joins disabled, only the keyed walks are left.
+-- * PL/pgSQL keeps its plans for the session, so nothing is re-planned per
+--   call without client-side prepared statements (which pin a session behind
+--   RDS Proxy).
+-- * lock_timeout applies to the waits inside (a cancel or sweep holding the
+--   task row, a racing settle holding the job row): a statement sent on its
+--   own has no transaction to carry the helper's timeouts.
+
+-- What a claim answers: the task as it is now running, and what the runner
+-- needs from its job and project. needs_outputs is {task name: {output: value}}.
+create type conductor_claimed as (
+  task tasks,
+  project_id text,
+  sha text,
+  ref text,
+  trusted boolean,
+  repo_url text,
+  forge_token_enc text,
+  needs_outputs jsonb
+);
+
+-- Claims the oldest job's queued task whose labels are all among p_labels,
+-- under a new attempt and lease. SKIP LOCKED passes over tasks other claimers
+-- hold; a task another claimer took and committed after this query's snapshot
+-- is re-checked against its new version, fails state = 'queued', and is
+-- passed over too. A cancel changes the job and its queued tasks in one
+-- commit, so that re-check also covers the job. Nothing claimable: no row, and
+-- nothing written.
+create function conductor_claim(p_worker uuid, p_labels text[], p_lease_s integer)
+returns setof conductor_claimed
 language plpgsql volatile
 set enable_sort = off
 set enable_bitmapscan = off
+set lock_timeout = '5s'
 as $$
 declare
   v_id uuid;
+  v_task tasks;
 begin
   select t.id into v_id
     from tasks t
@@ -28,33 +60,141 @@ begin
    order by t.job_created_at, t.position
    limit 1
    for update of t skip locked;
-  return v_id;
+  if v_id is null then
+    return;
+  end if;
+
+  update tasks t
+     set state = 'running',
+         attempt = t.attempt + 1,
+         lease_id = gen_random_uuid(),
+         worker_id = p_worker,
+         lease_expires_at = now() + make_interval(secs => p_lease_s),
+         started_at = coalesce(t.started_at, now())
+   where t.id = v_id
+  returning t.* into v_task;
+
+  insert into task_attempts (task_id, attempt, lease_id, worker_id)
+  values (v_task.id, v_task.attempt, v_task.lease_id, p_worker);
+
+  -- The outputs of the needs are final before a task is queued, and this
+  -- query's snapshot is newer than the lock on the task, so it sees them all.
+  return query
+  select v_task, j.project_id, j.sha, j.ref, j.trusted, p.repo_url, p.forge_token_enc,
+         case when cardinality(v_task.needs) = 0 then '{}'::jsonb else coalesce((
+           select jsonb_object_agg(
+                    (select n.name from tasks n where n.id = e.need_id),
+                    (select jsonb_object_agg(o.name, o.value)
+                       from task_outputs o where o.task_id = e.need_id))
+             from task_needs e
+            where e.task_id = v_task.id
+              and exists (select 1 from task_outputs o where o.task_id = e.need_id)
+         ), '{}'::jsonb) end
+    from jobs j
+    join projects p on p.id = j.project_id
+   where j.id = v_task.job_id;
 end
 $$;
 
--- Workers are never deleted (revoking keeps the row), so the foreign keys from
--- tasks and attempts to workers protected nothing a claim does not already
--- guarantee (it writes the authenticated worker's id), while each claim paid
--- for them: the check locks the worker row (a WAL record and a dirtied page
--- per claim, and a shared lock every claim of that worker queues on). The
--- index on task_attempts.worker_id served only the ON DELETE SET NULL, and
--- nothing looks an attempt up by lease_id without its task_id, which the
--- primary key already leads with. Each dropped index is one insert less per
--- claim.
-alter table tasks drop constraint tasks_worker_id_fkey;
-alter table task_attempts drop constraint task_attempts_worker_id_fkey;
-drop index task_attempts_worker;
-alter table task_attempts drop constraint task_attempts_lease_id_key;
+-- Records a success under the task's current lease, unless the task was
+-- flagged for cancel: task, attempt and outputs in one commit. Answers the
+-- job's id, or null when nothing matched (a stale or foreign lease, a repeat,
+-- a cancel flag), which the caller handles in a transaction. A cancel or a
+-- lease expiry that commits while this waits for the row makes the UPDATE
+-- re-check its WHERE against their commit and match nothing.
+create function conductor_complete_success(
+  p_task uuid, p_lease uuid, p_worker uuid,
+  p_error text, p_exit_code integer, p_transient boolean, p_outputs jsonb
+) returns uuid
+language plpgsql volatile
+set lock_timeout = '5s'
+as $$
+declare
+  v_job uuid;
+  v_attempt integer;
+begin
+  update tasks
+     set state = 'success', lease_expires_at = null, finished_at = now(),
+         error = p_error, exit_code = p_exit_code
+   where id = p_task and state = 'running' and lease_id = p_lease and worker_id = p_worker
+     and not cancel_requested
+  returning job_id, attempt into v_job, v_attempt;
+  if v_job is null then
+    return null;
+  end if;
+
+  update task_attempts
+     set outcome = 'success', reported_outcome = 'success', result_state = 'success',
+         transient = p_transient, exit_code = p_exit_code, error = p_error, finished_at = now()
+   where task_id = p_task and attempt = v_attempt;
+
+  insert into task_outputs (task_id, name, value)
+  select p_task, o.key, o.value from jsonb_each_text(p_outputs) o
+  on conflict (task_id, name) do update set value = excluded.value;
+
+  return v_job;
+end
+$$;
+
+-- Settles a running job with nothing left to do (failed if a task failed or
+-- was cancelled without allow_failure, else success) and records the commit
+-- status to post, for a project with a forge token and a forge URL, with a
+-- summary such as "7 passed, 1 allowed to fail". Answers the new state, or
+-- null when the job is not running or has work left. Of two racing settles the
+-- second waits for the job row, re-checks state = 'running', and answers null.
+create function conductor_settle(p_job uuid) returns text
+language plpgsql volatile
+set enable_seqscan = off
+set enable_bitmapscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+set lock_timeout = '5s'
+as $$
+declare
+  v_state text;
+  v_project text;
+begin
+  update jobs j
+     set state = case when exists (
+                   select 1 from tasks t
+                    where t.job_id = j.id and t.state in ('failed', 'cancelled') and not t.allow_failure)
+                 then 'failed' else 'success' end,
+         finished_at = now()
+   where j.id = p_job
+     and j.state = 'running'
+     and not exists (
+           select 1 from tasks t
+            where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
+  returning j.state, j.project_id into v_state, v_project;
+  if v_state is null then
+    return null;
+  end if;
+
+  insert into status_outbox (job_id, state, description)
+  select p_job,
+         case when v_state = 'success' then 'success' else 'failure' end,
+         concat_ws(', ', c.passed || ' passed',
+                   nullif(c.failed, 0) || ' failed',
+                   nullif(c.allowed, 0) || ' allowed to fail',
+                   nullif(c.skipped, 0) || ' skipped',
+                   nullif(c.cancelled, 0) || ' cancelled')
+    from projects p,
+         (select count(*) filter (where t.state = 'success') as passed,
+                 count(*) filter (where t.state = 'failed' and not t.allow_failure) as failed,
+                 count(*) filter (where t.state = 'failed' and t.allow_failure) as allowed,
+                 count(*) filter (where t.state = 'skipped') as skipped,
+                 count(*) filter (where t.state = 'cancelled') as cancelled
+            from tasks t
+           where t.job_id = p_job) c
+   where p.id = v_project and p.forge_token_enc is not null and p.repo_url ~ '^https?://';
+  return v_state;
+end
+$$;
 
 -- Whether a finished task has a child that is waiting with every need
--- finished: the follow-up's question after each completion. Task states are
--- looked up by primary key, edge by edge, and the walk over a child's needs
--- stops at the first unfinished one. Without statistics (a new database, or a
--- burst of new tasks) the planner chose to read the edges in the order they
--- were inserted, which is the order tasks finish in, or to scan every task;
--- either made a fan-in of 1,000 parents cost O(n) per parent. With those plans
--- disabled only the keyed walk is left. STABLE: it reads with the snapshot of
--- the statement that calls it.
+-- finished: the candidates of a promotion. Walks the task's edges, then each
+-- child's needs by key, and stops at the first unfinished need. STABLE: it
+-- reads with the snapshot of the statement that calls it.
 create function conductor_child_ready(p_parent uuid) returns boolean
 language plpgsql stable
 set enable_seqscan = off
@@ -77,3 +217,16 @@ begin
                 and p.state in ('waiting', 'queued', 'running')));
 end
 $$;
+
+-- Workers are never deleted (revoking keeps the row), so the foreign keys from
+-- tasks and attempts to workers protected nothing a claim does not already
+-- guarantee (it writes the authenticated worker's id), while each claim paid
+-- for them: the check locks the worker row (a WAL record and a dirtied page
+-- per claim). The index on task_attempts.worker_id served only the ON DELETE
+-- SET NULL, and nothing looks an attempt up by lease_id without its task_id,
+-- which the primary key already leads with. Each dropped index is one insert
+-- less per claim.
+alter table tasks drop constraint tasks_worker_id_fkey;
+alter table task_attempts drop constraint task_attempts_worker_id_fkey;
+drop index task_attempts_worker;
+alter table task_attempts drop constraint task_attempts_lease_id_key;

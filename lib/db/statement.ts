@@ -35,9 +35,11 @@ export interface StatementResult<R extends pg.QueryResultRow> {
 /**
  * Runs one statement outside an explicit transaction, so it commits on its
  * own, and runs it again on a deadlock or serialization failure. At READ
- * COMMITTED a single statement re-checks rows other transactions changed
- * meanwhile instead of failing, so retries are rare. The statement's lock
- * waits are bounded by the transactions it waits for, which carry timeouts.
+ * COMMITTED (PostgreSQL's default, which the hot path assumes) a single
+ * statement re-checks rows other transactions changed meanwhile instead of
+ * failing, so retries are rare. There is no transaction to carry the helper's
+ * timeouts: the hot path's statements are calls of functions that set their
+ * own lock_timeout (migrations/002), and their work is bounded by keys.
  * Takes a pool, never the client of an open transaction: a retry there would
  * run in a transaction that already failed.
  */

@@ -22,47 +22,17 @@ export interface ClaimedTask extends TaskRow {
   needs_outputs: Record<string, Record<string, string>>;
 }
 
-// One statement, committed on its own. The choice of task is
-// conductor_claim_candidate (migrations/002): the oldest job's queued task the
-// labels allow, FOR UPDATE SKIP LOCKED, so rows other claimers hold right now
-// are passed over. At READ COMMITTED a row another claimer took and committed
-// after this statement began is re-checked (EvalPlanQual), fails
-// `state = 'queued'`, and is passed over too; at REPEATABLE READ it would raise
-// 40001 instead, about once per claim at 64 claimers (see docs/scheduling.md).
-// A cancel changes the job and its queued tasks in one commit, so the re-check
-// on the task row also covers the job. The outputs of the tasks it needs are
-// final before a task is queued, so reading them here is reading them after.
+// One statement, committed on its own: conductor_claim (migrations/002) locks
+// the oldest job's queued task the labels allow (FOR UPDATE SKIP LOCKED, at
+// READ COMMITTED, so a task another claimer took meanwhile is re-checked and
+// passed over instead of raising 40001 as it would at REPEATABLE READ; see
+// docs/scheduling.md), sets it running under a new attempt and lease, and then
+// reads the job, the project and the outputs of the task's needs with a
+// snapshot newer than its lock.
 const CLAIM = `
-  with candidate as (
-    select conductor_claim_candidate($2::text[]) as id
-  ), claimed as (
-    update tasks t
-       set state = 'running',
-           attempt = t.attempt + 1,
-           lease_id = gen_random_uuid(),
-           worker_id = $1,
-           lease_expires_at = now() + make_interval(secs => $3),
-           started_at = coalesce(t.started_at, now())
-      from candidate c
-     where t.id = c.id
-    returning t.*
-  ), attempt as (
-    insert into task_attempts (task_id, attempt, lease_id, worker_id)
-    select id, attempt, lease_id, worker_id from claimed
-  )
-  select c.*, j.project_id, j.sha, j.ref, j.trusted, p.repo_url, p.forge_token_enc,
-         case when cardinality(c.needs) = 0 then '{}'::jsonb else coalesce((
-           select jsonb_object_agg(x.name, x.outputs)
-             from (select n.name, jsonb_object_agg(o.name, o.value) as outputs
-                     from task_needs e
-                     join tasks n on n.id = e.need_id
-                     join task_outputs o on o.task_id = n.id
-                    where e.task_id = c.id
-                    group by n.name) x
-         ), '{}'::jsonb) end as needs_outputs
-    from claimed c
-    join jobs j on j.id = c.job_id
-    join projects p on p.id = j.project_id`;
+  select (c.task).*, c.project_id, c.sha, c.ref, c.trusted, c.repo_url, c.forge_token_enc,
+         c.needs_outputs
+    from conductor_claim($1, $2::text[], $3) c`;
 
 /**
  * Claims at most one queued task of a running job whose labels are all among
@@ -81,9 +51,8 @@ export async function claimTask(
     const { result, retries } = await statementWithStats<ClaimedTask>(
       pool,
       prepared('conductor_claim', CLAIM, [workerId, labels, leaseS]),
-      // A single statement at READ COMMITTED never sees 40001; the retries
-      // stay for a deadlock (possible only through foreign-key locks), and a
-      // claim that still loses answers null.
+      // At READ COMMITTED the claim never sees 40001; the retries stay for a
+      // deadlock, and a claim that still loses answers null.
       { maxRetries: opts.retries ?? 10 },
     );
     opts.onRetries?.(retries);

@@ -104,30 +104,10 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
 }
 
 // The common outcome in one statement: a success under the current lease of a
-// task whose job was not cancelled. Outputs, task and attempt commit together.
-// At READ COMMITTED an UPDATE that waited for a concurrent cancel or sweep
-// re-checks its WHERE against their commit and then matches nothing; so does
-// a repeat, a stale lease, or a cancelled job: all go to recordOutcome.
-const SUCCESS = `
-  with done as (
-    update tasks
-       set state = 'success', lease_expires_at = null, finished_at = now(),
-           error = $4, exit_code = $5
-     where id = $1 and state = 'running' and lease_id = $2 and worker_id = $3
-       and not cancel_requested
-    returning id, job_id, attempt
-  ), attempt as (
-    update task_attempts a
-       set outcome = 'success', reported_outcome = 'success', result_state = 'success',
-           transient = $6, exit_code = $5, error = $4, finished_at = now()
-      from done d
-     where a.task_id = d.id and a.attempt = d.attempt
-  ), outputs as (
-    insert into task_outputs (task_id, name, value)
-    select d.id, o.key, o.value from done d cross join jsonb_each_text($7::jsonb) o
-    on conflict (task_id, name) do update set value = excluded.value
-  )
-  select job_id from done`;
+// task whose job was not cancelled (conductor_complete_success, migrations/002:
+// outputs, task and attempt commit together). Anything else, a repeat, a stale
+// lease or a cancel flag included, answers null and goes to recordOutcome.
+const SUCCESS = 'select conductor_complete_success($1, $2, $3, $4, $5, $6, $7::jsonb) as job_id';
 
 async function recordSuccess(
   pool: Pool,
@@ -135,7 +115,7 @@ async function recordSuccess(
   outputs: Record<string, string>,
 ): Promise<Outcome | null> {
   if (c.outcome !== 'success') return null;
-  const rows = await statement<{ job_id: string }>(
+  const rows = await statement<{ job_id: string | null }>(
     pool,
     prepared('conductor_complete_success', SUCCESS, [
       c.taskId,
@@ -147,8 +127,8 @@ async function recordSuccess(
       JSON.stringify(outputs),
     ]),
   );
-  const row = rows[0];
-  return row ? { state: 'success', jobId: row.job_id, final: true, repeated: false } : null;
+  const jobId = rows[0]?.job_id;
+  return jobId ? { state: 'success', jobId, final: true, repeated: false } : null;
 }
 
 /** Any outcome, a repeat, or a lease problem, in a transaction that locks the task. */

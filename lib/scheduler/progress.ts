@@ -126,57 +126,16 @@ export async function promoteReady(
   return result;
 }
 
-// Settles a running job with nothing left to do, and records its commit status
-// (for a project with a forge token and a forge URL, as enqueueStatus does)
-// with a summary such as "7 passed, 1 allowed to fail", in one statement: a
-// racing settle waits for the job row only while this statement commits, then
-// re-checks `state = 'running'` and matches nothing.
-const SETTLE_CTES = `
-  settled as (
-    update jobs j
-       set state = case when exists (
-                     select 1 from tasks t
-                      where t.job_id = j.id and t.state in ('failed', 'cancelled') and not t.allow_failure)
-                   then 'failed' else 'success' end,
-           finished_at = now()
-     where j.id = $1
-       and j.state = 'running'
-       and not exists (
-             select 1 from tasks t
-              where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
-    returning j.id, j.state, j.project_id
-  ), counts as (
-    select count(*) filter (where t.state = 'success') as passed,
-           count(*) filter (where t.state = 'failed' and not t.allow_failure) as failed,
-           count(*) filter (where t.state = 'failed' and t.allow_failure) as allowed,
-           count(*) filter (where t.state = 'skipped') as skipped,
-           count(*) filter (where t.state = 'cancelled') as cancelled
-      from tasks t
-     where t.job_id = $1 and exists (select 1 from settled)
-  ), status as (
-    insert into status_outbox (job_id, state, description)
-    select s.id,
-           case when s.state = 'success' then 'success' else 'failure' end,
-           concat_ws(', ', c.passed || ' passed',
-                     nullif(c.failed, 0) || ' failed',
-                     nullif(c.allowed, 0) || ' allowed to fail',
-                     nullif(c.skipped, 0) || ' skipped',
-                     nullif(c.cancelled, 0) || ' cancelled')
-      from settled s
-      join projects p on p.id = s.project_id
-      cross join counts c
-     where p.forge_token_enc is not null and p.repo_url ~ '^https?://'
-  )`;
-const SETTLE = `with ${SETTLE_CTES} select state from settled`;
-
 /**
  * Settles a running job with nothing left to do: failed if a task failed or was
  * cancelled without allow_failure, else success. Conditional on 'running', so
  * of two racing settles exactly one moves the row and reports the new state.
  */
 export async function settleJob(db: Queryable, jobId: string): Promise<JobState | null> {
-  const { rows } = await db.query<{ state: JobState }>(
-    prepared('conductor_settle', SETTLE, [jobId]),
+  // conductor_settle (migrations/002) also records the commit status to post,
+  // with a summary such as "7 passed, 1 allowed to fail", in the same commit.
+  const { rows } = await db.query<{ state: JobState | null }>(
+    prepared('conductor_settle', 'select conductor_settle($1) as state', [jobId]),
   );
   return rows[0]?.state ?? null;
 }
@@ -213,19 +172,15 @@ export async function followUp(
 }
 
 // The follow-up of a finished task, as one statement in its own transaction:
-// it settles the job if nothing is left (the SETTLE statement above), and
-// answers whether a child of the task is waiting with every need finished
-// (promoteReady's candidates). Most completions find neither (siblings are
-// still running, the task has no children) and write nothing. Run after the
-// outcome committed, it sees that commit; a sibling that commits later runs
-// its own and sees this one. A job with a child to promote is not finished, so
-// the settle and the promotion never both have work in one snapshot. The
-// child check is conductor_child_ready (migrations/002), whose plan is a keyed
-// walk whatever the statistics say.
+// it settles the job if nothing is left, and answers whether a child of the
+// task is waiting with every need finished (conductor_child_ready,
+// migrations/002, promoteReady's candidates). Most completions find neither
+// (siblings are still running, the task has no children) and write nothing.
+// Run after the outcome committed, it sees that commit; a sibling that commits
+// later runs its own and sees this one. A job with a child to promote is not
+// finished, so the settle and the promotion never both have work.
 const FOLLOW_UP = `
-  with ${SETTLE_CTES}
-  select (select state from settled) as job_state,
-         conductor_child_ready($2::uuid) as promote`;
+  select conductor_settle($1::uuid) as job_state, conductor_child_ready($2::uuid) as promote`;
 
 const NOTHING: FollowUpResult = { promoted: 0, failed: 0, skipped: 0, jobState: null };
 
