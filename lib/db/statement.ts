@@ -38,8 +38,9 @@ export interface StatementResult<R extends pg.QueryResultRow> {
  * COMMITTED (PostgreSQL's default, which the hot path assumes) a single
  * statement re-checks rows other transactions changed meanwhile instead of
  * failing, so retries are rare. There is no transaction to carry the helper's
- * timeouts: the hot path's statements are calls of functions that set their
- * own lock_timeout (migrations/002), and their work is bounded by keys.
+ * timeouts: the claim, outcome and follow-up are calls of functions that set
+ * their own lock_timeout (migrations/002); the heartbeat and the worker check
+ * update one row by key and can wait only for transactions that carry them.
  * Takes a pool, never the client of an open transaction: a retry there would
  * run in a transaction that already failed.
  */

@@ -30,17 +30,21 @@ export async function heartbeat(
   leaseId: string,
   opts: { leaseS?: number } = {},
 ): Promise<HeartbeatResult> {
-  return transaction(pool, async (tx) => {
-    const { rows } = await tx.query<{ lease_expires_at: Date; cancel_requested: boolean }>(
+  // One statement: a lease that moved on (or a task that never existed)
+  // matches nothing, and only then is the task looked up to say which.
+  const rows = await statement<{ lease_expires_at: Date; cancel_requested: boolean }>(
+    pool,
+    prepared(
+      'conductor_heartbeat',
       `update tasks set lease_expires_at = now() + make_interval(secs => $4)
         where id = $1 and state = 'running' and lease_id = $2 and worker_id = $3
         returning lease_expires_at, cancel_requested`,
       [taskId, leaseId, workerId, opts.leaseS ?? DEFAULT_LEASE_S],
-    );
-    const row = rows[0];
-    if (!row) throw await leaseProblem(tx, taskId);
-    return { lease_expires_at: row.lease_expires_at, cancel: row.cancel_requested };
-  });
+    ),
+  );
+  const row = rows[0];
+  if (!row) throw await leaseProblem(pool, taskId);
+  return { lease_expires_at: row.lease_expires_at, cancel: row.cancel_requested };
 }
 
 export interface Completion {

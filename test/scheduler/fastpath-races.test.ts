@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { hashToken, requireWorker } from '../../lib/auth.ts';
-import { createPool, type Pool, transaction } from '../../lib/db/index.ts';
+import { type Pool, transaction } from '../../lib/db/index.ts';
 import { ConflictError, UnauthorizedError } from '../../lib/errors.ts';
 import type { HttpEvent } from '../../lib/http/index.ts';
 import {
@@ -31,12 +31,25 @@ import {
   type SweepSummary,
   sweep,
 } from '../../lib/scheduler/index.ts';
-import type { TaskSpec } from '../../lib/scheduler/types.ts';
 import { testDatabase } from '../helpers/db.ts';
-import { barrier, makeProject, makeWorker, spec, startedJob } from '../helpers/fixtures.ts';
+import { makeProject, makeWorker, startedJob } from '../helpers/fixtures.ts';
+import {
+  claimAll,
+  claimedJob,
+  describeError,
+  fulfilled,
+  laneSpec,
+  newLane,
+  race,
+  raceCancel,
+  racePool,
+  sleep,
+  withRacers,
+} from '../helpers/race.ts';
 
 const db = await testDatabase(import.meta.filename, { poolMax: 6 });
 const { pool } = db;
+const racing = { url: db.url, applicationName: 'conductor-fastpath-races' };
 
 // The audit of state changes. AFTER triggers write one row per changed row at
 // the end of each statement; they take no lock on jobs or tasks.
@@ -86,75 +99,12 @@ await pool.query(`
 `);
 
 const FINAL = new Set(['success', 'failed', 'skipped', 'cancelled']);
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** A pool with `n` connections already open; ended by `withRacers`. */
-async function racePool(n: number, url = db.url): Promise<Pool> {
-  const racers = createPool({ url, max: n, applicationName: 'conductor-fastpath-races' });
-  const clients = await Promise.all(Array.from({ length: n }, () => racers.connect()));
-  for (const client of clients) client.release();
-  return racers;
-}
-
-async function withRacers<T>(n: number, fn: (racers: Pool) => Promise<T>): Promise<T> {
-  const racers = await racePool(n);
-  try {
-    return await fn(racers);
-  } finally {
-    await racers.end();
-  }
-}
-
-/** Starts every function at the same moment and waits for all of them. */
-async function race<T>(fns: Array<() => Promise<T>>): Promise<PromiseSettledResult<T>[]> {
-  const ready = barrier(fns.length);
-  return Promise.allSettled(
-    fns.map(async (fn) => {
-      await ready();
-      return fn();
-    }),
-  );
-}
-
-function describeError(e: unknown): string {
-  return e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-}
-
-/** The values of settled racers; fails naming every error when one threw. */
-function fulfilled<T>(results: PromiseSettledResult<T>[], what: string): T[] {
-  const errors = results.flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
-  assert.deepEqual(errors.map(describeError), [], `no ${what} throws`);
-  return results.map((r) => (r as PromiseFulfilledResult<T>).value);
-}
-
-// Each test's tasks carry a label of their own and are claimed with only that
-// label, so no test claims another's tasks.
-let lanes = 0;
-function newLane(): string {
-  return `lane-${++lanes}-${randomBytes(3).toString('hex')}`;
-}
-
-function laneSpec(lane: string, name: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return spec(name, { labels: [lane], ...over });
-}
 
 /** A project with a forge token and an https repository: settles enqueue a commit status. */
 async function forgeProject(): Promise<string> {
   const id = await makeProject(pool);
   await pool.query(`update projects set forge_token_enc = 'sealed' where id = $1`, [id]);
   return id;
-}
-
-/** Claims every queued task of `lane`, one after another on the file's pool. */
-async function claimAll(worker: string, lane: string, expected: number): Promise<ClaimedTask[]> {
-  const claimed: ClaimedTask[] = [];
-  for (;;) {
-    const task = await claimTask(pool, worker, [lane]);
-    if (!task) break;
-    claimed.push(task);
-  }
-  assert.equal(claimed.length, expected, `claimed every queued task of ${lane}`);
-  return claimed;
 }
 
 function complete(
@@ -267,12 +217,12 @@ test('the last tasks of 48 jobs completed at once settle each job once, with one
     jobs.push({ id: job.id, kind });
   }
   const kindOf = new Map(jobs.map((j) => [j.id, j.kind]));
-  const claimed = await claimAll(worker, lane, 3 * jobs.length);
+  const claimed = await claimAll(pool, worker, lane, 3 * jobs.length);
   const outcomeOf = (t: ClaimedTask) =>
     t.name === 't2' && kindOf.get(t.job_id) !== 'pass' ? 'failed' : 'success';
 
   const order = shuffled(claimed);
-  const results = await withRacers(48, async (racers) =>
+  const results = await withRacers(racing, 48, async (racers) =>
     fulfilled(
       await race(order.map((task) => () => complete(racers, task, outcomeOf(task)))),
       'completion',
@@ -329,10 +279,10 @@ test('12 parents of one child in each of 16 jobs, completed at once, promote eac
     ]);
     jobIds.push(job.id);
   }
-  const claimed = await claimAll(worker, lane, parents * jobIds.length);
+  const claimed = await claimAll(pool, worker, lane, parents * jobIds.length);
   const value = (t: { job_id: string; name: string }) => `${t.job_id}/${t.name}`;
 
-  const results = await withRacers(48, async (racers) =>
+  const results = await withRacers(racing, 48, async (racers) =>
     fulfilled(
       await race(
         shuffled(claimed).map(
@@ -357,7 +307,7 @@ test('12 parents of one child in each of 16 jobs, completed at once, promote eac
     "every child is queued, unclaimed (none stranded in 'waiting')",
   );
 
-  const children = await claimAll(worker, lane, jobIds.length);
+  const children = await claimAll(pool, worker, lane, jobIds.length);
   assert.equal(new Set(children.map((c) => c.job_id)).size, jobIds.length, 'one child per job');
   for (const child of children) {
     assert.equal(child.name, 'join');
@@ -368,7 +318,7 @@ test('12 parents of one child in each of 16 jobs, completed at once, promote eac
     );
   }
 
-  const last = await withRacers(16, async (racers) =>
+  const last = await withRacers(racing, 16, async (racers) =>
     fulfilled(await race(children.map((c) => () => complete(racers, c))), 'completion'),
   );
   assert.deepEqual(
@@ -403,8 +353,8 @@ test('a fan-in whose producer left out its output fails the child and the job ex
     ]);
     jobIds.push(job.id);
   }
-  const claimed = await claimAll(worker, lane, parents * jobIds.length);
-  const results = await withRacers(48, async (racers) =>
+  const claimed = await claimAll(pool, worker, lane, parents * jobIds.length);
+  const results = await withRacers(racing, 48, async (racers) =>
     fulfilled(
       await race(shuffled(claimed).map((task) => () => complete(racers, task))),
       'completion',
@@ -447,7 +397,7 @@ test('a cancel racing 24 success completions and their promotions ends cancelled
   const worker = await makeWorker(pool);
   const mix = { mixed: 0, allCancelled: 0, allSucceeded: 0 };
   const jobIds: string[] = [];
-  await withRacers(width + 1, async (racers) => {
+  await withRacers(racing, width + 1, async (racers) => {
     for (let round = 0; round < rounds; round++) {
       const lane = newLane();
       const parents = Array.from({ length: width }, (_, i) => laneSpec(lane, `t${i}`));
@@ -460,37 +410,12 @@ test('a cancel racing 24 success completions and their promotions ends cancelled
       );
       const job = await startedJob(pool, project, [...parents, ...children]);
       jobIds.push(job.id);
-      const claimed = await claimAll(worker, lane, width);
-      // The round's pattern picks the interleaving (no assertion depends on
-      // it): all at once; the completions held back 1 to 4 ms or 2 to 12 ms,
-      // giving the cancel a head start; or two waves, the cancel starting once
-      // the first has finished and the second held back 2 to 12 ms.
-      const pattern = round % 4;
-      const half = width / 2;
-      let firstWaveLeft = half;
-      let firstWaveDone: () => void = () => {};
-      const firstWave = new Promise<void>((r) => {
-        firstWaveDone = r;
-      });
-      const headStart = () => sleep(pattern === 1 ? 1 + Math.random() * 3 : 2 + Math.random() * 10);
-      const settled = await race<unknown>([
-        async () => {
-          if (pattern === 3) await firstWave;
-          return cancelJob(racers, job.id, 'race');
-        },
-        ...claimed.map((task, i) => async () => {
-          if (pattern === 1 || pattern === 2) await headStart();
-          if (pattern === 3 && i >= half) {
-            await firstWave;
-            await headStart();
-          }
-          try {
-            return await complete(racers, task);
-          } finally {
-            if (pattern === 3 && i < half && --firstWaveLeft === 0) firstWaveDone();
-          }
-        }),
-      ]);
+      const claimed = await claimAll(pool, worker, lane, width);
+      // The round's pattern picks the interleaving (see raceCancel); no
+      // assertion depends on it.
+      const settled = await raceCancel(racers, job.id, claimed, round % 4, (task) =>
+        complete(racers, task),
+      );
       const completions = fulfilled(settled, 'completion or cancel').slice(1) as CompletionResult[];
 
       const { rows: tasks } = await pool.query<{
@@ -551,8 +476,8 @@ test("a success completion that waited for a cancel's row lock records cancelled
   const worker = await makeWorker(pool);
   const lane = newLane();
   const job = await startedJob(pool, project, [laneSpec(lane, 'x')]);
-  const [task] = await claimAll(worker, lane, 1);
-  const result = await withRacers(2, async (racers) => {
+  const [task] = await claimAll(pool, worker, lane, 1);
+  const result = await withRacers(racing, 2, async (racers) => {
     let completion: Promise<CompletionResult> | undefined;
     await transaction(
       racers,
@@ -598,15 +523,11 @@ test('a sweep expiring leases races 16 success completions: each task is either 
   const project = await forgeProject();
   const worker = await makeWorker(pool);
   const tally = { won: 0, lost: 0 };
-  await withRacers(width + 2, async (racers) => {
+  await withRacers(racing, width + 2, async (racers) => {
     for (let round = 0; round < rounds; round++) {
-      const lane = newLane();
-      const job = await startedJob(
-        pool,
-        project,
-        Array.from({ length: width }, (_, i) => laneSpec(lane, `t${i}`, { maxAttempts: 2 })),
-      );
-      const claimed = await claimAll(worker, lane, width);
+      const { lane, job, claimed } = await claimedJob(pool, project, worker, width, {
+        maxAttempts: 2,
+      });
       await pool.query(
         `update tasks set lease_expires_at = now() - interval '1 second' where job_id = $1`,
         [job.id],
@@ -712,9 +633,9 @@ test('12 claimers polling while 30 diamond jobs start and promote: no double cla
   let producing = true;
   const deadline = Date.now() + 12_000;
 
-  const producer = await racePool(2);
+  const producer = await racePool(racing, 2);
   try {
-    await withRacers(claimers, async (racers) => {
+    await withRacers(racing, claimers, async (racers) => {
       const settled = await race<void>([
         async () => {
           try {
@@ -801,7 +722,7 @@ async function withStalledClaim(
 ): Promise<ClaimedTask | null> {
   const url = new URL(db.url);
   url.searchParams.set('options', '-c search_path=stall,public');
-  const stalled = await racePool(1, url.toString());
+  const stalled = await racePool({ ...racing, url: url.toString() }, 1);
   const blocker = await pool.connect();
   try {
     await blocker.query('select pg_advisory_lock($1)', [STALL_KEY]);
@@ -832,7 +753,7 @@ test("a child promoted while a claim is between its snapshots is claimed with it
     laneSpec(lane, 'parent', { outputs: ['v'] }),
     laneSpec(lane, 'child', { needs: ['parent'] }),
   ]);
-  const [parent] = await claimAll(worker, lane, 1);
+  const [parent] = await claimAll(pool, worker, lane, 1);
   const child = await withStalledClaim(worker, lane, async () => {
     const done = await complete(pool, parent!, 'success', { v: 'made by parent' });
     assert.equal(done.state, 'success');
@@ -901,7 +822,7 @@ test('32 concurrent checks of one worker token all pass and mark it seen; a revo
   );
   const id = rows[0]!.id;
   const event = { headers: { authorization: `Bearer ${token}` } } as unknown as HttpEvent;
-  await withRacers(32, async (racers) => {
+  await withRacers(racing, 32, async (racers) => {
     for (const stale of [null, '5 minutes']) {
       await pool.query(
         `update workers set last_seen_at = case when $2::interval is null then null

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { createPool, type Pool, transaction } from '../../lib/db/index.ts';
+import { type Pool, transaction } from '../../lib/db/index.ts';
 import {
   type ClaimedTask,
   type CompletionResult,
@@ -20,82 +20,25 @@ import {
   startJob,
   sweep,
 } from '../../lib/scheduler/index.ts';
-import type { JobRow, TaskSpec } from '../../lib/scheduler/types.ts';
+import type { JobRow } from '../../lib/scheduler/types.ts';
 import { testDatabase } from '../helpers/db.ts';
-import { barrier, makeProject, makeWorker, sha, spec, startedJob } from '../helpers/fixtures.ts';
+import { makeProject, makeWorker, sha, startedJob } from '../helpers/fixtures.ts';
+import {
+  claimAll,
+  claimedJob,
+  fulfilled,
+  laneSpec,
+  newLane,
+  race,
+  raceCancel,
+  sleep,
+  withRacers,
+} from '../helpers/race.ts';
 
 // The file's own pool stays small: racers get dedicated pools, and PostgreSQL 15
 // runs with max_connections 100.
-const db = await testDatabase(import.meta.filename, { poolMax: 4 });
-const { pool } = db;
-
-/**
- * A pool with `n` connections already open, so no racer waits on a connect
- * while the others run. Ended by `withRacers`.
- */
-async function racePool(n: number): Promise<Pool> {
-  const racers = createPool({ url: db.url, max: n, applicationName: 'conductor-races' });
-  const clients = await Promise.all(Array.from({ length: n }, () => racers.connect()));
-  for (const client of clients) client.release();
-  return racers;
-}
-
-async function withRacers<T>(n: number, fn: (racers: Pool) => Promise<T>): Promise<T> {
-  const racers = await racePool(n);
-  try {
-    return await fn(racers);
-  } finally {
-    await racers.end();
-  }
-}
-
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Starts every function at the same moment and waits for all of them. */
-async function race<T>(fns: Array<() => Promise<T>>): Promise<PromiseSettledResult<T>[]> {
-  const ready = barrier(fns.length);
-  return Promise.allSettled(
-    fns.map(async (fn) => {
-      await ready();
-      return fn();
-    }),
-  );
-}
-
-/** The values of settled racers; fails naming every error when one threw. */
-function fulfilled<T>(results: PromiseSettledResult<T>[], what: string): T[] {
-  const errors = results.flatMap((r) => (r.status === 'rejected' ? [r.reason] : []));
-  assert.deepEqual(
-    errors.map((e) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e))),
-    [],
-    `no ${what} throws`,
-  );
-  return results.map((r) => (r as PromiseFulfilledResult<T>).value);
-}
-
-// Tasks of each test carry a label of their own and are claimed with only that
-// label, so no test claims another's tasks (a task without labels is
-// claimable by anyone).
-let lanes = 0;
-function newLane(): string {
-  return `lane-${++lanes}-${randomBytes(3).toString('hex')}`;
-}
-
-function laneSpec(lane: string, name: string, over: Partial<TaskSpec> = {}): TaskSpec {
-  return spec(name, { labels: [lane], ...over });
-}
-
-/** Claims every queued task of `lane`, one after another on one connection. */
-async function claimAll(worker: string, lane: string, expected: number): Promise<ClaimedTask[]> {
-  const claimed: ClaimedTask[] = [];
-  for (;;) {
-    const task = await claimTask(pool, worker, [lane]);
-    if (!task) break;
-    claimed.push(task);
-  }
-  assert.equal(claimed.length, expected, `claimed every queued task of ${lane}`);
-  return claimed;
-}
+const { pool, url } = await testDatabase(import.meta.filename, { poolMax: 4 });
+const racing = { url, applicationName: 'conductor-races' };
 
 function succeed(racers: Pool, task: ClaimedTask): Promise<CompletionResult> {
   return completeTask(racers, {
@@ -129,15 +72,9 @@ for (const [siblings, rounds] of [
   test(`${siblings} sibling tasks completed at the same moment settle the job exactly once (${rounds} rounds)`, async () => {
     const project = await makeProject(pool);
     const worker = await makeWorker(pool);
-    await withRacers(siblings, async (racers) => {
+    await withRacers(racing, siblings, async (racers) => {
       for (let round = 0; round < rounds; round++) {
-        const lane = newLane();
-        const job = await startedJob(
-          pool,
-          project,
-          Array.from({ length: siblings }, (_, i) => laneSpec(lane, `t${i}`)),
-        );
-        const claimed = await claimAll(worker, lane, siblings);
+        const { job, claimed } = await claimedJob(pool, project, worker, siblings);
 
         const results = fulfilled(
           await race(claimed.map((task) => () => succeed(racers, task))),
@@ -176,12 +113,12 @@ test('two parents of one child completed at the same moment promote the child ex
     ]);
     jobIds.push(job.id);
   }
-  const claimed = await claimAll(worker, lane, 2 * jobs);
+  const claimed = await claimAll(pool, worker, lane, 2 * jobs);
   const parents = new Map<string, ClaimedTask[]>();
   for (const task of claimed) parents.set(task.job_id, [...(parents.get(task.job_id) ?? []), task]);
   assert.equal(parents.size, jobs);
 
-  await withRacers(2, async (racers) => {
+  await withRacers(racing, 2, async (racers) => {
     for (const jobId of jobIds) {
       const pair = parents.get(jobId)!;
       assert.deepEqual(pair.map((t) => t.name).sort(), ['left', 'right']);
@@ -241,9 +178,9 @@ test('1,000 parents of one child completed by 64 concurrent completers queue the
     ...names.map((name) => laneSpec(lane, name)),
     laneSpec(lane, 'join', { needs: names }),
   ]);
-  const claimed = await claimAll(worker, lane, parents);
+  const claimed = await claimAll(pool, worker, lane, parents);
 
-  const results = await withRacers(completers, async (racers) => {
+  const results = await withRacers(racing, completers, async (racers) => {
     let next = 0;
     const done: CompletionResult[] = [];
     const settled = await race(
@@ -272,7 +209,7 @@ test('1,000 parents of one child completed by 64 concurrent completers queue the
   assert.deepEqual(rows, [{ state: 'queued', attempt: 0 }]);
   assert.equal((await jobRow(job.id)).state, 'running');
 
-  const [child] = await claimAll(worker, lane, 1);
+  const [child] = await claimAll(pool, worker, lane, 1);
   assert.equal(child!.name, 'join');
   const last = await succeed(pool, child!);
   assert.deepEqual([last.state, last.job_state], ['success', 'success']);
@@ -301,7 +238,7 @@ for (const claimers of [32, 64]) {
     let retries = 0;
     let exhausted = 0;
     const claims: Array<{ id: string; worker: string }> = [];
-    const settled = await withRacers(claimers, (racers) =>
+    const settled = await withRacers(racing, claimers, (racers) =>
       race(
         workers.map((worker) => async () => {
           for (;;) {
@@ -373,50 +310,16 @@ test('a cancel racing 32 completions never lets a completion revive or settle th
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   const outcomes = { cancelledMixed: 0, cancelledOnly: 0, cancelledAfterAll: 0, success: 0 };
-  await withRacers(width + 1, async (racers) => {
+  await withRacers(racing, width + 1, async (racers) => {
     for (let round = 0; round < rounds; round++) {
-      const lane = newLane();
-      const job = await startedJob(
-        pool,
-        project,
-        Array.from({ length: width }, (_, i) => laneSpec(lane, `t${i}`)),
+      const { job, claimed } = await claimedJob(pool, project, worker, width);
+      // Each round's pattern picks the interleaving (see raceCancel); only the
+      // interleaving varies with it: no assertion depends on timing. (A steady
+      // stream of completions starves the cancel instead: see the
+      // stream-of-completions test below.)
+      const settled = await raceCancel(racers, job.id, claimed, round % 4, (task) =>
+        succeed(racers, task),
       );
-      const claimed = await claimAll(worker, lane, width);
-      // Every racer is released by the barrier, then the round's pattern picks
-      // the interleaving: all at once (the completions take their row locks
-      // first and the cancel retries behind them); the completions held back
-      // 1 to 12 ms, giving the cancel a head start (it commits while they are in
-      // flight: snapshots that predate it conflict on the flagged rows and
-      // retry); or two waves of 16, the cancel starting once the first wave has
-      // finished and the second wave held back as before. Only the interleaving
-      // varies with this: no assertion depends on timing. (A steady stream of
-      // completions starves the cancel instead: see the stream-of-completions test below.)
-      const pattern = round % 4;
-      const half = width / 2;
-      let firstWaveDone: () => void = () => {};
-      const firstWave = new Promise<void>((r) => {
-        firstWaveDone = r;
-      });
-      let firstWaveLeft = half;
-      const headStart = () => sleep(pattern === 1 ? 1 + Math.random() * 3 : 2 + Math.random() * 10);
-      const settled = await race<CompletionResult | JobRow>([
-        async () => {
-          if (pattern === 3) await firstWave;
-          return cancelJob(racers, job.id, 'race');
-        },
-        ...claimed.map((task, i) => async () => {
-          if (pattern === 1 || pattern === 2) await headStart();
-          if (pattern === 3 && i >= half) {
-            await firstWave;
-            await headStart();
-          }
-          try {
-            return await succeed(racers, task);
-          } finally {
-            if (pattern === 3 && i < half && --firstWaveLeft === 0) firstWaveDone();
-          }
-        }),
-      ]);
       const values = fulfilled(settled, 'completion or cancel');
       const cancelAnswer = values[0] as JobRow;
       const completions = values.slice(1) as CompletionResult[];
@@ -481,7 +384,7 @@ test('a cancel racing transient failures and lease expiries leaves nothing queue
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
   let requeuedFirst = 0;
-  await withRacers(width + 2, async (racers) => {
+  await withRacers(racing, width + 2, async (racers) => {
     for (let round = 0; round < rounds; round++) {
       const lane = newLane();
       const job = await startedJob(
@@ -491,7 +394,7 @@ test('a cancel racing transient failures and lease expiries leaves nothing queue
           laneSpec(lane, `t${i}`, { maxAttempts: 3, needs: i >= width - 4 ? ['t0'] : [] }),
         ),
       );
-      const claimed = await claimAll(worker, lane, width - 4);
+      const claimed = await claimAll(pool, worker, lane, width - 4);
       // Half of them will be found by the sweep with an expired lease.
       const lost = claimed.filter((_, i) => i % 2 === 1);
       await pool.query(
@@ -574,7 +477,7 @@ test('a task requeued while a cancel is half-way is cancelled too', async () => 
     `select id from tasks where job_id = $1 and name = 'y'`,
     [job.id],
   );
-  await withRacers(3, async (racers) => {
+  await withRacers(racing, 3, async (racers) => {
     const blocker = await racers.connect();
     await blocker.query('begin');
     await blocker.query('select 1 from tasks where id = $1 for update', [y.rows[0]!.id]);
@@ -612,7 +515,7 @@ test('a cancel or a superseding push during a stream of completions succeeds', a
   const width = 160;
   const project = await makeProject(pool);
   const worker = await makeWorker(pool);
-  await withRacers(17, async (racers) => {
+  await withRacers(racing, 17, async (racers) => {
     for (const how of ['cancelJob', 'cancelJob', 'createJob', 'createJob'] as const) {
       const lane = newLane();
       const ref = `refs/heads/busy-${lane}`;
@@ -622,7 +525,7 @@ test('a cancel or a superseding push during a stream of completions succeeds', a
         Array.from({ length: width }, (_, i) => laneSpec(lane, `t${i}`)),
         { ref },
       );
-      const claimed = await claimAll(worker, lane, width);
+      const claimed = await claimAll(pool, worker, lane, width);
       // The completions start 2 ms apart, a steady stream of about 0.3 s; the
       // cancel starts 10 ms in, so most of the job is still running.
       const settled = await race<unknown>([
@@ -665,7 +568,7 @@ test('a compile started twice at the same moment starts the job once with each t
     laneSpec(lane, 'test', { position: 1, needs: ['build'] }),
     laneSpec(lane, 'lint', { position: 2 }),
   ];
-  await withRacers(2, async (racers) => {
+  await withRacers(racing, 2, async (racers) => {
     for (let round = 0; round < 20; round++) {
       const { job } = await createJob(pool, {
         projectId: project,
@@ -708,7 +611,7 @@ test('a compile started twice at the same moment starts the job once with each t
 test('8 creations with the same delivery id at the same moment make one job and all answer it', async () => {
   const rounds = 10;
   const project = await makeProject(pool);
-  await withRacers(8, async (racers) => {
+  await withRacers(racing, 8, async (racers) => {
     for (let round = 0; round < rounds; round++) {
       const deliveryId = `delivery-${round}-${randomBytes(4).toString('hex')}`;
       const input: NewJob = {
@@ -746,7 +649,7 @@ test('8 creations with the same delivery id at the same moment make one job and 
 // committed; with 16 racers the default retries ran out in 17 of 20 races, and
 // those pushes never became jobs. It now runs at READ COMMITTED.
 test('16 concurrent creations with distinct delivery ids all succeed, numbered 1 to 16', async () => {
-  await withRacers(16, async (racers) => {
+  await withRacers(racing, 16, async (racers) => {
     for (let round = 0; round < 5; round++) {
       const project = await makeProject(pool);
       const answers = fulfilled(
