@@ -50,7 +50,10 @@ export async function promoteReady(
 ): Promise<PromoteResult> {
   // From a finished parent, start at its edges (task_needs_need) rather than
   // at the job's unfinished tasks, so the cost follows the parent's children,
-  // not the size of the job.
+  // not the size of the job. A need's state is a scalar subquery, one
+  // primary-key probe per edge: as a join, statistics taken while nothing was
+  // unfinished led the planner to scan every unfinished task once per
+  // candidate (a fan-out of 998 children took 0.44 s to promote).
   const candidates =
     parentId === undefined
       ? `tasks w where w.job_id = $1 and w.state = 'waiting'`
@@ -77,8 +80,10 @@ export async function promoteReady(
        from ${candidates}
         and exists (select 1 from jobs j where j.id = $1 and j.state = 'running')
         and not exists (
-              select 1 from task_needs n join tasks p on p.id = n.need_id
-               where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
+              select 1 from task_needs n
+               where n.task_id = w.id
+                 and (select p.state from tasks p where p.id = n.need_id)
+                     in ('waiting', 'queued', 'running'))
       order by w.position`,
     parentId === undefined ? [jobId] : [jobId, parentId],
   );
