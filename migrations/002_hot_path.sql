@@ -51,6 +51,7 @@ as $$
 declare
   v_id uuid;
   v_task tasks;
+  v_outputs jsonb;
 begin
   select t.id into v_id
     from tasks t
@@ -79,17 +80,23 @@ begin
 
   -- The outputs of the needs are final before a task is queued, and this
   -- query's snapshot is newer than the lock on the task, so it sees them all.
+  -- (Read into a variable first: a query that branched on the task would be
+  -- planned again on every call.)
+  if cardinality(v_task.needs) = 0 then
+    v_outputs := '{}';
+  else
+    select coalesce(jsonb_object_agg(
+             (select n.name from tasks n where n.id = e.need_id),
+             (select jsonb_object_agg(o.name, o.value)
+                from task_outputs o where o.task_id = e.need_id)), '{}')
+      into v_outputs
+      from task_needs e
+     where e.task_id = v_task.id
+       and exists (select 1 from task_outputs o where o.task_id = e.need_id);
+  end if;
+
   return query
-  select v_task, j.project_id, j.sha, j.ref, j.trusted, p.repo_url, p.forge_token_enc,
-         case when cardinality(v_task.needs) = 0 then '{}'::jsonb else coalesce((
-           select jsonb_object_agg(
-                    (select n.name from tasks n where n.id = e.need_id),
-                    (select jsonb_object_agg(o.name, o.value)
-                       from task_outputs o where o.task_id = e.need_id))
-             from task_needs e
-            where e.task_id = v_task.id
-              and exists (select 1 from task_outputs o where o.task_id = e.need_id)
-         ), '{}'::jsonb) end
+  select v_task, j.project_id, j.sha, j.ref, j.trusted, p.repo_url, p.forge_token_enc, v_outputs
     from jobs j
     join projects p on p.id = j.project_id
    where j.id = v_task.job_id;
@@ -128,9 +135,11 @@ begin
          transient = p_transient, exit_code = p_exit_code, error = p_error, finished_at = now()
    where task_id = p_task and attempt = v_attempt;
 
-  insert into task_outputs (task_id, name, value)
-  select p_task, o.key, o.value from jsonb_each_text(p_outputs) o
-  on conflict (task_id, name) do update set value = excluded.value;
+  if p_outputs <> '{}' then
+    insert into task_outputs (task_id, name, value)
+    select p_task, o.key, o.value from jsonb_each_text(p_outputs) o
+    on conflict (task_id, name) do update set value = excluded.value;
+  end if;
 
   return v_job;
 end
