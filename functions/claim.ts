@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { claimForWorker } from '../lib/assignment.ts';
-import { requireWorker } from '../lib/auth.ts';
+import { claimForToken } from '../lib/assignment.ts';
+import { requireWorker, workerTokenHash } from '../lib/auth.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, jsonBody, type Reply } from '../lib/http/index.ts';
 
@@ -11,12 +11,20 @@ export const ClaimSchema = z.strictObject({
 /** POST /v1/runner/claim */
 async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
-  const worker = await requireWorker(ctx.pool, event);
-  const { labels } = jsonBody(event, ClaimSchema);
-  const task = await claimForWorker(
+  const tokenHash = workerTokenHash(event);
+  let labels: string[] | undefined;
+  try {
+    labels = jsonBody(event, ClaimSchema).labels;
+  } catch (err) {
+    // A bad token is a 401 even when the body is bad too.
+    await requireWorker(ctx.pool, event);
+    throw err;
+  }
+  // The token check and the claim are one statement (one round trip).
+  const task = await claimForToken(
     ctx.pool,
     ctx.keyring,
-    worker,
+    tokenHash,
     labels,
     ctx.config.CONDUCTOR_LEASE_S,
   );

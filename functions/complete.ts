@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { requireWorker } from '../lib/auth.ts';
+import { requireWorker, workerTokenHash } from '../lib/auth.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
 import { maskSecrets, taskSecretValues } from '../lib/logs.ts';
-import { completeTask } from '../lib/scheduler/index.ts';
+import { completeSuccessByToken, completeTask } from '../lib/scheduler/index.ts';
 import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompleteSchema = z.strictObject({
@@ -24,9 +24,32 @@ export const CompleteSchema = z.strictObject({
 /** POST /v1/runner/tasks/{id}/complete */
 async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
+  const tokenHash = workerTokenHash(event);
+  let taskId: string;
+  let body: z.infer<typeof CompleteSchema>;
+  try {
+    taskId = idParam(event, 'id', 'task');
+    body = jsonBody(event, CompleteSchema);
+  } catch (err) {
+    // A bad token is a 401 even when the request is bad too.
+    await requireWorker(ctx.pool, event);
+    throw err;
+  }
+  if (body.outcome === 'success' && !body.error) {
+    // The common case: the token check and the success are one statement.
+    const fast = await completeSuccessByToken(ctx.pool, tokenHash, {
+      taskId,
+      leaseId: body.lease_id,
+      exitCode: body.exit_code ?? null,
+      outputs: body.outputs ?? {},
+      transient: body.transient ?? false,
+    });
+    if (fast) {
+      if (fast.job_state) await deliverJobStatus(ctx, fast.job_id);
+      return { status: 200, body: { state: fast.state, job_state: fast.job_state } };
+    }
+  }
   const worker = await requireWorker(ctx.pool, event);
-  const taskId = idParam(event, 'id', 'task');
-  const body = jsonBody(event, CompleteSchema);
   const result = await completeTask(ctx.pool, {
     workerId: worker.id,
     taskId,

@@ -1,11 +1,11 @@
 // What a runner receives when it claims a task: the task, its job's commit,
 // the outputs of the tasks it needs, and (for trusted jobs only) its secrets
 // and the clone token.
-import type { AuthenticatedWorker } from './auth.ts';
-import type { Pool } from './db/index.ts';
-import { ValidationError } from './errors.ts';
+import { WORKER_BY_TOKEN } from './auth.ts';
+import { type Pool, prepared, statement } from './db/index.ts';
+import { UnauthorizedError, ValidationError } from './errors.ts';
 import { forgeToken, secretValues } from './projects.ts';
-import { type ClaimedTask, claimTask } from './scheduler/index.ts';
+import { CLAIMED_COLUMNS, type ClaimedTask } from './scheduler/index.ts';
 import type { Keyring } from './secrets.ts';
 
 export interface Assignment {
@@ -26,34 +26,60 @@ export interface Assignment {
   repo: { url: string; sha: string; ref: string; token?: string };
 }
 
+function unknownLabels(labels: string[] | undefined, registered: string[]): ValidationError | null {
+  const unknown = (labels ?? [])
+    .map((label, i) => ({ label, i }))
+    .filter(({ label }) => !registered.includes(label));
+  if (unknown.length === 0) return null;
+  return new ValidationError(
+    unknown.map(({ label, i }) => ({
+      path: `labels.${i}`,
+      message: `label "${label}" is not registered for this worker`,
+    })),
+  );
+}
+
+// The runner route's claim: the token check, the "seen" mark and the claim in
+// one round trip. The claim runs only when the labels asked for are among the
+// worker's (a lateral row that exists only then comes first); otherwise the
+// statement answers the worker's labels and claims nothing.
+const CLAIM_BY_TOKEN = `
+  with ${WORKER_BY_TOKEN}
+  select w.id as auth_worker_id, w.labels as auth_worker_labels, x.*
+    from worker w
+    left join lateral (
+      select ${CLAIMED_COLUMNS}
+        from (select coalesce($2::text[], w.labels) as labels
+               where $2::text[] is null or $2::text[] <@ w.labels) g
+       cross join lateral conductor_claim(w.id, g.labels, $3) c
+    ) x on true`;
+
 /**
- * Claims a task for a worker and assembles what the runner needs. `labels`
- * narrows the worker's registered labels; a label it was not registered with
- * is a 400. Answers null when nothing is claimable.
+ * Claims a task for the worker whose bearer token hashes to `tokenHash` and
+ * assembles what the runner needs, in one statement: a 401 for an unknown or
+ * revoked token; `labels` narrows the worker's registered labels, and a label
+ * it was not registered with is a 400; null when nothing is claimable.
  */
-export async function claimForWorker(
+export async function claimForToken(
   pool: Pool,
   keyring: Keyring,
-  worker: AuthenticatedWorker,
+  tokenHash: Buffer,
   labels: string[] | undefined,
   leaseS: number,
 ): Promise<Assignment | null> {
-  if (labels) {
-    const unknown = labels
-      .map((label, i) => ({ label, i }))
-      .filter(({ label }) => !worker.labels.includes(label));
-    if (unknown.length > 0) {
-      throw new ValidationError(
-        unknown.map(({ label, i }) => ({
-          path: `labels.${i}`,
-          message: `label "${label}" is not registered for this worker`,
-        })),
-      );
-    }
-  }
-  const task = await claimTask(pool, worker.id, labels ?? worker.labels, { leaseS });
-  if (!task) return null;
-  return assemble(pool, keyring, task);
+  const rows = await statement<
+    Partial<ClaimedTask> & { auth_worker_id: string; auth_worker_labels: string[] }
+  >(
+    pool,
+    prepared('conductor_claim_by_token', CLAIM_BY_TOKEN, [tokenHash, labels ?? null, leaseS]),
+  );
+  const row = rows[0];
+  if (!row) throw new UnauthorizedError('a worker token is required');
+  const bad = unknownLabels(labels, row.auth_worker_labels);
+  if (bad) throw bad;
+  if (!row.id) return null;
+  const { auth_worker_id: _id, auth_worker_labels: _labels, ...task } = row;
+  return assemble(pool, keyring, task as ClaimedTask);
 }
 
 async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promise<Assignment> {

@@ -2,6 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { type Pool, prepared, statement } from './db/index.ts';
 import { UnauthorizedError } from './errors.ts';
 import { bearerToken, type HttpEvent } from './http/index.ts';
+import { WORKER_BY_TOKEN } from './worker-token.ts';
 
 /** SHA-256 of a bearer token: what the database keeps instead of the token. */
 export function hashToken(token: string): Buffer {
@@ -23,36 +24,31 @@ export function requireAdmin(event: HttpEvent, adminToken: string): void {
   }
 }
 
+export { WORKER_BY_TOKEN };
+
 export interface AuthenticatedWorker {
   id: string;
   name: string;
   labels: string[];
 }
 
-// The token check also records that the worker was seen, at most once a
-// minute, in the same statement: a polling runner costs one round trip here
-// and writes nothing between those minutes.
-const REQUIRE_WORKER = `
-  with w as (
-    select id, name, labels from workers where token_hash = $1 and not revoked
-  ), seen as (
-    update workers x set last_seen_at = now()
-      from w
-     where x.id = w.id
-       and (x.last_seen_at is null or x.last_seen_at < now() - interval '60 seconds')
-  )
-  select id, name, labels from w`;
+const REQUIRE_WORKER = `with ${WORKER_BY_TOKEN} select id, name, labels from worker`;
+
+/** The token's hash, or a 401 when the request carries no bearer token. */
+export function workerTokenHash(event: HttpEvent): Buffer {
+  const token = bearerToken(event);
+  if (!token) throw new UnauthorizedError('a worker token is required');
+  return hashToken(token);
+}
 
 /**
  * Requires the token of a worker that is not revoked; any other token, or
  * none, is a 401. Marks the worker seen (at most once a minute).
  */
 export async function requireWorker(db: Pool, event: HttpEvent): Promise<AuthenticatedWorker> {
-  const token = bearerToken(event);
-  if (!token) throw new UnauthorizedError('a worker token is required');
   const rows = await statement<AuthenticatedWorker>(
     db,
-    prepared('conductor_require_worker', REQUIRE_WORKER, [hashToken(token)]),
+    prepared('conductor_require_worker', REQUIRE_WORKER, [workerTokenHash(event)]),
   );
   const worker = rows[0];
   if (!worker) throw new UnauthorizedError('a worker token is required');

@@ -29,10 +29,11 @@ export interface ClaimedTask extends TaskRow {
 // docs/scheduling.md), sets it running under a new attempt and lease, and then
 // reads the job, the project and the outputs of the task's needs with a
 // snapshot newer than its lock.
-const CLAIM = `
-  select (c.task).*, c.project_id, c.sha, c.ref, c.trusted, c.repo_url, c.forge_token_enc,
-         c.needs_outputs
-    from conductor_claim($1, $2::text[], $3) c`;
+/** The columns of a ClaimedTask, from a `conductor_claim(...) c` row. */
+export const CLAIMED_COLUMNS = `(c.task).*, c.project_id, c.sha, c.ref, c.trusted, c.repo_url,
+  c.forge_token_enc, c.needs_outputs`;
+
+const CLAIM = `select ${CLAIMED_COLUMNS} from conductor_claim($1, $2::text[], $3) c`;
 
 /**
  * Claims at most one queued task of a running job whose labels are all among

@@ -1,6 +1,7 @@
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { JobState, TaskState } from '../states.ts';
+import { WORKER_BY_TOKEN } from '../worker-token.ts';
 import { endAttemptTx } from './attempt.ts';
 import { followUpAfterCommit } from './progress.ts';
 import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
@@ -81,7 +82,49 @@ interface Outcome {
  * job. Repeating a completion with the same lease answers the same state.
  */
 export async function completeTask(pool: Pool, c: Completion): Promise<CompletionResult> {
-  const outputs = c.outputs ?? {};
+  const outputs = checkedOutputs(c.outputs);
+  const outcome =
+    (await recordSuccess(pool, c, outputs)) ?? (await recordOutcome(pool, c, outputs));
+  return afterOutcome(pool, outcome, c.taskId);
+}
+
+// A success reported with a worker token: the token check, the "seen" mark
+// and the success statement in one round trip.
+const SUCCESS_BY_TOKEN = `
+  with ${WORKER_BY_TOKEN}
+  select conductor_complete_success($2, $3, w.id, null, $4, $5, $6::jsonb) as job_id
+    from worker w`;
+
+/**
+ * completeTask for a success without an error message, by the worker whose
+ * bearer token hashes to `tokenHash`, authenticating in the same statement.
+ * Answers null when the token is unknown or revoked, or when the success did
+ * not apply (a repeat, a stale lease, a cancel flag): the caller then
+ * authenticates on its own and calls completeTask, which sorts those out.
+ */
+export async function completeSuccessByToken(
+  pool: Pool,
+  tokenHash: Buffer,
+  c: Pick<Completion, 'taskId' | 'leaseId' | 'exitCode' | 'outputs' | 'transient'>,
+): Promise<CompletionResult | null> {
+  const outputs = checkedOutputs(c.outputs);
+  const rows = await statement<{ job_id: string | null }>(
+    pool,
+    prepared('conductor_complete_success_by_token', SUCCESS_BY_TOKEN, [
+      tokenHash,
+      c.taskId,
+      c.leaseId,
+      c.exitCode ?? null,
+      c.transient ?? false,
+      JSON.stringify(outputs),
+    ]),
+  );
+  const jobId = rows[0]?.job_id;
+  if (!jobId) return null;
+  return afterOutcome(pool, { state: 'success', jobId, final: true, repeated: false }, c.taskId);
+}
+
+function checkedOutputs(outputs: Record<string, string> = {}): Record<string, string> {
   const bad = Object.keys(outputs).filter((name) => !OUTPUT_NAME.test(name));
   if (bad.length > 0) {
     throw new ValidationError(
@@ -91,15 +134,20 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
       })),
     );
   }
+  return outputs;
+}
 
-  const outcome =
-    (await recordSuccess(pool, c, outputs)) ?? (await recordOutcome(pool, c, outputs));
-
+/** The follow-up of a recorded outcome, and what the completion answers. */
+async function afterOutcome(
+  pool: Pool,
+  outcome: Outcome,
+  taskId: string,
+): Promise<CompletionResult> {
   if (!outcome.final) return { state: outcome.state, job_state: null, job_id: outcome.jobId };
   // A repeat runs the follow-up again too: if the first one was lost (the
   // runner's connection dropped after the outcome committed), this finishes
   // it. It still answers job_state null: only the first completion reports.
-  const follow = await followUpAfterCommit(pool, outcome.jobId, c.taskId);
+  const follow = await followUpAfterCommit(pool, outcome.jobId, taskId);
   return {
     state: outcome.state,
     job_state: outcome.repeated ? null : (follow?.jobState ?? null),

@@ -1,9 +1,10 @@
 export { formatDuration } from '../duration.ts';
 export { cancelJob, cancelJobsTx, cancelPullRequest } from './cancel.ts';
-export { type ClaimedTask, type ClaimOptions, claimTask } from './claim.ts';
+export { CLAIMED_COLUMNS, type ClaimedTask, type ClaimOptions, claimTask } from './claim.ts';
 export {
   type Completion,
   type CompletionResult,
+  completeSuccessByToken,
   completeTask,
   type HeartbeatResult,
   heartbeat,

@@ -123,6 +123,18 @@ test('authentication comes before validation: a bad body or id without a token i
   assertUnauthorized(
     await stack.call('POST', '/v1/runner/tasks/not-a-uuid/heartbeat', { body: { lease_id: 1 } }),
   );
+  // Claim and complete check the token in the statement that does the work,
+  // so with a wrong token a bad request must still be a 401, not a 400.
+  const wrong = 'cw_not-a-worker-token';
+  assertUnauthorized(
+    await stack.call('POST', '/v1/runner/claim', { token: wrong, body: { labels: 'x' } }),
+  );
+  assertUnauthorized(
+    await stack.call('POST', '/v1/runner/tasks/not-a-uuid/complete', {
+      token: wrong,
+      body: { lease_id: 'nope', outcome: 'success' },
+    }),
+  );
   assertUnauthorized(await stack.call('POST', '/v1/projects', { raw: '{nope' }));
   assertUnauthorized(await stack.call('GET', '/v1/jobs/not-a-uuid'));
 });
