@@ -77,9 +77,10 @@ interface Outcome {
 }
 
 /**
- * Records a task outcome under its current lease, then, in a transaction opened
- * after that commit, promotes the children that became ready and settles the
- * job. Repeating a completion with the same lease answers the same state.
+ * Records a task outcome under its current lease, then, in a statement opened
+ * after that commit (and a transaction when a child became ready), promotes
+ * the children that became ready and settles the job. Repeating a completion
+ * with the same lease answers the same state.
  */
 export async function completeTask(pool: Pool, c: Completion): Promise<CompletionResult> {
   const outputs = checkedOutputs(c.outputs);
