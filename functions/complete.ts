@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { requireWorker, workerTokenHash } from '../lib/auth.ts';
+import { requireWorker, workerTokenHash, workerTokenRequired } from '../lib/auth.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
@@ -35,7 +35,9 @@ async function main(event: HttpEvent): Promise<Reply> {
     await requireWorker(ctx.pool, event);
     throw err;
   }
-  if (body.outcome === 'success' && !body.error) {
+  const successFirst = body.outcome === 'success' && !body.error;
+  let workerId: string;
+  if (successFirst) {
     // The common case: the token check and the success are one statement.
     const fast = await completeSuccessByToken(ctx.pool, tokenHash, {
       taskId,
@@ -44,25 +46,35 @@ async function main(event: HttpEvent): Promise<Reply> {
       outputs: body.outputs ?? {},
       transient: body.transient ?? false,
     });
-    if (fast) {
-      if (fast.job_state) await deliverJobStatus(ctx, fast.job_id);
-      return { status: 200, body: { state: fast.state, job_state: fast.job_state } };
+    if (!fast.workerId) throw workerTokenRequired();
+    if (fast.result) {
+      if (fast.result.job_state) await deliverJobStatus(ctx, fast.result.job_id);
+      return {
+        status: 200,
+        body: { state: fast.result.state, job_state: fast.result.job_state },
+      };
     }
+    workerId = fast.workerId;
+  } else {
+    workerId = (await requireWorker(ctx.pool, event)).id;
   }
-  const worker = await requireWorker(ctx.pool, event);
-  const result = await completeTask(ctx.pool, {
-    workerId: worker.id,
-    taskId,
-    leaseId: body.lease_id,
-    outcome: body.outcome,
-    exitCode: body.exit_code ?? null,
-    outputs: body.outputs ?? {},
-    transient: body.transient ?? false,
-    // The error is shown in the job view: mask secrets in it as in the log.
-    error: body.error
-      ? maskSecrets(body.error, await taskSecretValues(ctx.pool, ctx.keyring, taskId))
-      : null,
-  });
+  const result = await completeTask(
+    ctx.pool,
+    {
+      workerId,
+      taskId,
+      leaseId: body.lease_id,
+      outcome: body.outcome,
+      exitCode: body.exit_code ?? null,
+      outputs: body.outputs ?? {},
+      transient: body.transient ?? false,
+      // The error is shown in the job view: mask secrets in it as in the log.
+      error: body.error
+        ? maskSecrets(body.error, await taskSecretValues(ctx.pool, ctx.keyring, taskId))
+        : null,
+    },
+    { successTried: successFirst },
+  );
   if (result.job_state) await deliverJobStatus(ctx, result.job_id);
   return { status: 200, body: { state: result.state, job_state: result.job_state } };
 }

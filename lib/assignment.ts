@@ -1,12 +1,13 @@
 // What a runner receives when it claims a task: the task, its job's commit,
 // the outputs of the tasks it needs, and (for trusted jobs only) its secrets
 // and the clone token.
-import { WORKER_BY_TOKEN } from './auth.ts';
-import { type Pool, prepared, statement } from './db/index.ts';
-import { UnauthorizedError, ValidationError } from './errors.ts';
+import { workerTokenRequired } from './auth.ts';
+import { type Pool, prepared, statement, TransactionConflictError } from './db/index.ts';
+import { ValidationError } from './errors.ts';
 import { forgeToken, secretValues } from './projects.ts';
 import { CLAIMED_COLUMNS, type ClaimedTask } from './scheduler/index.ts';
 import type { Keyring } from './secrets.ts';
+import { WORKER_BY_TOKEN } from './worker-token.ts';
 
 export interface Assignment {
   id: string;
@@ -67,14 +68,22 @@ export async function claimForToken(
   labels: string[] | undefined,
   leaseS: number,
 ): Promise<Assignment | null> {
-  const rows = await statement<
-    Partial<ClaimedTask> & { auth_worker_id: string; auth_worker_labels: string[] }
-  >(
-    pool,
-    prepared('conductor_claim_by_token', CLAIM_BY_TOKEN, [tokenHash, labels ?? null, leaseS]),
-  );
+  let rows: Array<Partial<ClaimedTask> & { auth_worker_id: string; auth_worker_labels: string[] }>;
+  try {
+    rows = await statement(
+      pool,
+      prepared('conductor_claim_by_token', CLAIM_BY_TOKEN, [tokenHash, labels ?? null, leaseS]),
+      { maxRetries: 10 },
+    );
+  } catch (err) {
+    // As claimTask: a claim that keeps losing deadlocks answers "nothing
+    // claimable" and the runner polls again. Only a statement that locked a
+    // task can deadlock, and only a known worker's does.
+    if (err instanceof TransactionConflictError) return null;
+    throw err;
+  }
   const row = rows[0];
-  if (!row) throw new UnauthorizedError('a worker token is required');
+  if (!row) throw workerTokenRequired();
   const bad = unknownLabels(labels, row.auth_worker_labels);
   if (bad) throw bad;
   if (!row.id) return null;

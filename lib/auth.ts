@@ -24,8 +24,6 @@ export function requireAdmin(event: HttpEvent, adminToken: string): void {
   }
 }
 
-export { WORKER_BY_TOKEN };
-
 export interface AuthenticatedWorker {
   id: string;
   name: string;
@@ -34,10 +32,15 @@ export interface AuthenticatedWorker {
 
 const REQUIRE_WORKER = `with ${WORKER_BY_TOKEN} select id, name, labels from worker`;
 
+/** The 401 for a missing, unknown or revoked worker token. */
+export function workerTokenRequired(): UnauthorizedError {
+  return new UnauthorizedError('a worker token is required');
+}
+
 /** The token's hash, or a 401 when the request carries no bearer token. */
 export function workerTokenHash(event: HttpEvent): Buffer {
   const token = bearerToken(event);
-  if (!token) throw new UnauthorizedError('a worker token is required');
+  if (!token) throw workerTokenRequired();
   return hashToken(token);
 }
 
@@ -51,6 +54,6 @@ export async function requireWorker(db: Pool, event: HttpEvent): Promise<Authent
     prepared('conductor_require_worker', REQUIRE_WORKER, [workerTokenHash(event)]),
   );
   const worker = rows[0];
-  if (!worker) throw new UnauthorizedError('a worker token is required');
+  if (!worker) throw workerTokenRequired();
   return worker;
 }

@@ -82,10 +82,18 @@ interface Outcome {
  * the children that became ready and settles the job. Repeating a completion
  * with the same lease answers the same state.
  */
-export async function completeTask(pool: Pool, c: Completion): Promise<CompletionResult> {
+export async function completeTask(
+  pool: Pool,
+  c: Completion,
+  opts: {
+    /** completeSuccessByToken already tried the one-statement success: go straight to the transaction. */
+    successTried?: boolean;
+  } = {},
+): Promise<CompletionResult> {
   const outputs = checkedOutputs(c.outputs);
   const outcome =
-    (await recordSuccess(pool, c, outputs)) ?? (await recordOutcome(pool, c, outputs));
+    (opts.successTried ? null : await recordSuccess(pool, c, outputs)) ??
+    (await recordOutcome(pool, c, outputs));
   return afterOutcome(pool, outcome, c.taskId);
 }
 
@@ -93,23 +101,31 @@ export async function completeTask(pool: Pool, c: Completion): Promise<Completio
 // and the success statement in one round trip.
 const SUCCESS_BY_TOKEN = `
   with ${WORKER_BY_TOKEN}
-  select conductor_complete_success($2, $3, w.id, null, $4, $5, $6::jsonb) as job_id
+  select w.id as worker_id,
+         conductor_complete_success($2, $3, w.id, null, $4, $5, $6::jsonb) as job_id
     from worker w`;
+
+/** What completeSuccessByToken found. */
+export type SuccessByToken =
+  /** The token is unknown or revoked: nothing was done. */
+  | { workerId: null; result: null }
+  /** The success applied (result), or did not (a repeat, a stale lease, a cancel flag: null). */
+  | { workerId: string; result: CompletionResult | null };
 
 /**
  * completeTask for a success without an error message, by the worker whose
  * bearer token hashes to `tokenHash`, authenticating in the same statement.
- * Answers null when the token is unknown or revoked, or when the success did
- * not apply (a repeat, a stale lease, a cancel flag): the caller then
- * authenticates on its own and calls completeTask, which sorts those out.
+ * When the success did not apply, the caller calls completeTask for the
+ * worker with `successTried`, which sorts out the repeat, the stale lease or
+ * the cancel in a transaction.
  */
 export async function completeSuccessByToken(
   pool: Pool,
   tokenHash: Buffer,
   c: Pick<Completion, 'taskId' | 'leaseId' | 'exitCode' | 'outputs' | 'transient'>,
-): Promise<CompletionResult | null> {
+): Promise<SuccessByToken> {
   const outputs = checkedOutputs(c.outputs);
-  const rows = await statement<{ job_id: string | null }>(
+  const rows = await statement<{ worker_id: string; job_id: string | null }>(
     pool,
     prepared('conductor_complete_success_by_token', SUCCESS_BY_TOKEN, [
       tokenHash,
@@ -120,9 +136,11 @@ export async function completeSuccessByToken(
       JSON.stringify(outputs),
     ]),
   );
-  const jobId = rows[0]?.job_id;
-  if (!jobId) return null;
-  return afterOutcome(pool, { state: 'success', jobId, final: true, repeated: false }, c.taskId);
+  const row = rows[0];
+  if (!row) return { workerId: null, result: null };
+  if (!row.job_id) return { workerId: row.worker_id, result: null };
+  const outcome: Outcome = { state: 'success', jobId: row.job_id, final: true, repeated: false };
+  return { workerId: row.worker_id, result: await afterOutcome(pool, outcome, c.taskId) };
 }
 
 function checkedOutputs(outputs: Record<string, string> = {}): Record<string, string> {

@@ -8,6 +8,7 @@ export {
   completeTask,
   type HeartbeatResult,
   heartbeat,
+  type SuccessByToken,
 } from './complete.ts';
 export {
   type CreatedJob,
