@@ -1,8 +1,6 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   assertError,
   assertJobShape,
@@ -10,30 +8,38 @@ import {
   claim,
   claimTask,
   complete,
-  createProject,
   createWorker,
   getJob,
   type Json,
   pipeline,
   putSecret,
   sha,
+  startE2E,
   waitForJob,
 } from './support.ts';
 
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
+const { fake, stack, addProject } = await startE2E(import.meta.filename);
 const admin = { token: stack.adminToken };
+const ONE_TASK = '  a:\n    script: [make]\n';
+
+/** POST /v1/projects/{project}/jobs as the admin: a manual trigger. */
+function triggerJob(project: string, body: { ref: string; sha: string }) {
+  return stack.call('POST', `/v1/projects/${project}/jobs`, { ...admin, body });
+}
 
 test('a project round trip: create, get, list, patch, delete, and then 404', async () => {
+  const fields = {
+    id: 'round-trip',
+    name: 'Round trip',
+    forge: 'gitea',
+    repo: 'acme/round-trip',
+    repo_url: 'https://gitea.example/acme/round-trip.git',
+    forge_url: 'https://gitea.example',
+  };
   const created = await stack.call('POST', '/v1/projects', {
     ...admin,
     body: {
-      id: 'round-trip',
-      name: 'Round trip',
-      forge: 'gitea',
-      repo: 'acme/round-trip',
-      repo_url: 'https://gitea.example/acme/round-trip.git',
-      forge_url: 'https://gitea.example',
+      ...fields,
       forge_token: 'gitea-token-secret',
       cancel_superseded: false,
     },
@@ -55,12 +61,7 @@ test('a project round trip: create, get, list, patch, delete, and then 404', asy
       has_forge_token: project.has_forge_token,
     },
     {
-      id: 'round-trip',
-      name: 'Round trip',
-      forge: 'gitea',
-      repo: 'acme/round-trip',
-      repo_url: 'https://gitea.example/acme/round-trip.git',
-      forge_url: 'https://gitea.example',
+      ...fields,
       enabled: true,
       cancel_superseded: false,
       has_forge_token: true,
@@ -122,26 +123,13 @@ test('a project round trip: create, get, list, patch, delete, and then 404', asy
   );
   assertError(await stack.call('GET', '/v1/projects/round-trip/secrets', admin), 404, 'not_found');
   assertError(await stack.call('GET', '/v1/projects/round-trip/jobs', admin), 404, 'not_found');
-  assertError(
-    await stack.call('POST', '/v1/projects/round-trip/jobs', {
-      ...admin,
-      body: { ref: 'main', sha: sha('x') },
-    }),
-    404,
-    'not_found',
-  );
+  assertError(await triggerJob('round-trip', { ref: 'main', sha: sha('x') }), 404, 'not_found');
   const after = await stack.call('GET', '/v1/projects', admin);
   assert.ok(!after.body.projects.some((p: Json) => p.id === 'round-trip'));
 });
 
 test('two projects cannot watch the same repository on the same forge', async () => {
-  await createProject(stack, {
-    id: 'same-repo-1',
-    name: 'one',
-    forge: 'github',
-    repo: 'acme/same',
-    repo_url: 'https://github.com/acme/same.git',
-  });
+  await addProject({ forge: 'github', id: 'same-repo-1', name: 'one', repo: 'acme/same' });
   const clash = await stack.call('POST', '/v1/projects', {
     ...admin,
     body: {
@@ -156,13 +144,7 @@ test('two projects cannot watch the same repository on the same forge', async ()
 });
 
 test('secrets: list shows names and updated_at but never values; put replaces; delete removes', async () => {
-  await createProject(stack, {
-    id: 'secrets',
-    name: 'secrets',
-    forge: 'github',
-    repo: 'acme/secrets',
-    repo_url: 'https://github.com/acme/secrets.git',
-  });
+  await addProject({ forge: 'github', id: 'secrets', repo: 'acme/secrets' });
   await putSecret(stack, 'secrets', 'NPM_TOKEN', 'npm-value-1');
   await putSecret(stack, 'secrets', 'AWS_KEY', 'aws-value-1');
   await putSecret(stack, 'secrets', 'NPM_TOKEN', 'npm-value-2');
@@ -233,19 +215,10 @@ test('workers: register shows the token once, list shows labels and never tokens
 
 test('a manual trigger makes a trusted job for the ref and sha given', async () => {
   const repo = 'acme/manual';
-  await createProject(stack, {
-    id: 'manual',
-    name: 'manual',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  await addProject({ forge: 'github', id: 'manual', repo });
   const commit = sha('manual');
-  fake.setFile(repo, commit, pipeline('manual', '  a:\n    script: [make]\n'));
-  const res = await stack.call('POST', '/v1/projects/manual/jobs', {
-    ...admin,
-    body: { ref: 'release/1.0', sha: commit.toUpperCase() },
-  });
+  fake.setFile(repo, commit, pipeline('manual', ONE_TASK));
+  const res = await triggerJob('manual', { ref: 'release/1.0', sha: commit.toUpperCase() });
   assert.equal(res.status, 202, res.text);
   assert.deepEqual(Object.keys(res.body).sort(), ['job_id', 'number']);
   const view = await waitForJob(stack, res.body.job_id);
@@ -257,10 +230,7 @@ test('a manual trigger makes a trusted job for the ref and sha given', async () 
   assert.equal(view.job.trusted, true);
   assert.equal(fake.requestsFor(commit).length, 1);
 
-  const tag = await stack.call('POST', '/v1/projects/manual/jobs', {
-    ...admin,
-    body: { ref: 'refs/tags/v1.0.0', sha: commit },
-  });
+  const tag = await triggerJob('manual', { ref: 'refs/tags/v1.0.0', sha: commit });
   assert.equal(tag.status, 202);
   assert.equal((await getJob(stack, tag.body.job_id)).job.ref, 'refs/tags/v1.0.0');
 });
@@ -268,13 +238,7 @@ test('a manual trigger makes a trusted job for the ref and sha given', async () 
 test('rerun: 409 while the job runs; failed_only keeps successful tasks and runs the rest again', async () => {
   const repo = 'acme/rerun';
   const label = 'rerun';
-  await createProject(stack, {
-    id: 'rerun',
-    name: 'rerun',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  await addProject({ forge: 'github', id: 'rerun', repo });
   const commit = sha('rerun');
   fake.setFile(
     repo,
@@ -284,10 +248,7 @@ test('rerun: 409 while the job runs; failed_only keeps successful tasks and runs
       '  build:\n    outputs: [version]\n    script: [make]\n  test:\n    needs: [build]\n    script: [make test]\n',
     ),
   );
-  const trigger = await stack.call('POST', '/v1/projects/rerun/jobs', {
-    ...admin,
-    body: { ref: 'main', sha: commit },
-  });
+  const trigger = await triggerJob('rerun', { ref: 'main', sha: commit });
   const jobId: string = trigger.body.job_id;
   await waitForJob(stack, jobId);
   const { token } = await createWorker(stack, [label]);
@@ -357,22 +318,13 @@ test('rerun: 409 while the job runs; failed_only keeps successful tasks and runs
 
 test('a rerun of a job that never compiled reads the pipeline file again', async () => {
   const repo = 'acme/rerun-compile';
-  await createProject(stack, {
-    id: 'rerun-compile',
-    name: 'rerun compile',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  await addProject({ forge: 'github', id: 'rerun-compile', name: 'rerun compile', repo });
   const commit = sha('rerun-compile');
-  const first = await stack.call('POST', '/v1/projects/rerun-compile/jobs', {
-    ...admin,
-    body: { ref: 'main', sha: commit },
-  });
+  const first = await triggerJob('rerun-compile', { ref: 'main', sha: commit });
   const failed = await waitForJob(stack, first.body.job_id);
   assert.equal(failed.job.state, 'failed');
   // The file is pushed (say, the forge had lost it); the rerun finds it.
-  fake.setFile(repo, commit, pipeline('rerun-compile', '  a:\n    script: [make]\n'));
+  fake.setFile(repo, commit, pipeline('rerun-compile', ONE_TASK));
   const rerun = await stack.call('POST', `/v1/jobs/${first.body.job_id}/rerun`, {
     ...admin,
     body: {},
@@ -384,20 +336,15 @@ test('a rerun of a job that never compiled reads the pipeline file again', async
 });
 
 test('the job list pages newest first with limit and before', async () => {
-  await createProject(stack, {
-    id: 'paging',
-    name: 'paging',
+  await addProject({
     forge: 'github',
+    id: 'paging',
     repo: 'acme/paging',
-    repo_url: 'https://github.com/acme/paging.git',
     cancel_superseded: false,
   });
   const numbers: number[] = [];
   for (let i = 0; i < 25; i++) {
-    const res = await stack.call('POST', '/v1/projects/paging/jobs', {
-      ...admin,
-      body: { ref: `b${i}`, sha: sha(`paging-${i}`) },
-    });
+    const res = await triggerJob('paging', { ref: `b${i}`, sha: sha(`paging-${i}`) });
     assert.equal(res.status, 202);
     numbers.push(res.body.number);
   }
@@ -427,19 +374,10 @@ test('the job list pages newest first with limit and before', async () => {
 
 test('deleting a project takes its jobs with it', async () => {
   const repo = 'acme/doomed';
-  await createProject(stack, {
-    id: 'doomed',
-    name: 'doomed',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  await addProject({ forge: 'github', id: 'doomed', repo });
   const commit = sha('doomed');
-  fake.setFile(repo, commit, pipeline('doomed', '  a:\n    script: [make]\n'));
-  const res = await stack.call('POST', '/v1/projects/doomed/jobs', {
-    ...admin,
-    body: { ref: 'main', sha: commit },
-  });
+  fake.setFile(repo, commit, pipeline('doomed', ONE_TASK));
+  const res = await triggerJob('doomed', { ref: 'main', sha: commit });
   const view = await waitForJob(stack, res.body.job_id);
   assert.equal((await stack.call('DELETE', '/v1/projects/doomed', admin)).status, 204);
   assertError(await stack.call('GET', `/v1/jobs/${res.body.job_id}`, admin), 404, 'not_found');

@@ -2,44 +2,35 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import { signBody } from '../../lib/forge/webhook.ts';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   assertBadRequest,
   assertError,
   assertUnauthorized,
   claimTask,
   countRows,
-  createProject,
   createWorker,
+  deliverRunning,
   giteaPush,
   githubPush,
   type Json,
   pipeline,
   sendWebhook,
   sha,
-  waitForJob,
+  startE2E,
 } from './support.ts';
-
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
 
 const GH_REPO = 'acme/auth';
 const GT_REPO = 'acme/auth-gitea';
-const gh = await createProject(stack, {
-  id: 'auth-gh',
-  name: 'auth',
-  forge: 'github',
-  repo: GH_REPO,
-  repo_url: `https://github.com/${GH_REPO}.git`,
-});
-const gt = await createProject(stack, {
-  id: 'auth-gitea',
-  name: 'auth gitea',
-  forge: 'gitea',
-  repo: GT_REPO,
-  repo_url: `https://gitea.example/${GT_REPO}.git`,
-  forge_url: fake.url,
+const {
+  fake,
+  stack,
+  projects: { gh, gt },
+  addProject,
+} = await startE2E(import.meta.filename, {
+  projects: {
+    gh: { forge: 'github', id: 'auth-gh', name: 'auth', repo: GH_REPO },
+    gt: { forge: 'gitea', id: 'auth-gitea', name: 'auth gitea', repo: GT_REPO },
+  },
 });
 const worker = await createWorker(stack, ['auth']);
 
@@ -143,16 +134,13 @@ test('a revoked worker is refused at once on every runner route', async () => {
   const label = 'auth-revoke';
   const commit = sha('auth-revoke');
   fake.setFile(GH_REPO, commit, pipeline(label, '  one:\n    script: [make]\n'));
-  const hook = await sendWebhook(
+  await deliverRunning(
     stack,
     'github',
     'push',
     githubPush(GH_REPO, commit, { ref: 'refs/heads/revoke' }),
-    { secret: gh.secret },
+    gh.secret,
   );
-  assert.equal(hook.status, 202, hook.text);
-  const started = await waitForJob(stack, hook.body.job_id);
-  assert.equal(started.job.state, 'running', JSON.stringify(started.job));
 
   const doomed = await createWorker(stack, [label]);
   const task = await claimTask(stack, doomed.token);
@@ -341,12 +329,11 @@ test('ping, a deleted branch and other events answer 200 {ignored} and write not
 });
 
 test('a disabled project answers 200 {ignored} to a signed push, and a bad signature is still 401', async () => {
-  const off = await createProject(stack, {
+  const off = await addProject({
+    forge: 'github',
     id: 'auth-disabled',
     name: 'disabled',
-    forge: 'github',
     repo: 'acme/disabled',
-    repo_url: 'https://github.com/acme/disabled.git',
   });
   const patched = await stack.call('PATCH', '/v1/projects/auth-disabled', {
     token: stack.adminToken,

@@ -1,15 +1,13 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   assertError,
   assertUnauthorized,
   claimTask,
   countRows,
-  createProject,
   createWorker,
+  deliverRunning,
   getJob,
   giteaPush,
   githubPullRequest,
@@ -20,21 +18,15 @@ import {
   putSecret,
   sendWebhook,
   sha,
+  startE2E,
   waitForJob,
 } from './support.ts';
 
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
+const { fake, stack, addProject } = await startE2E(import.meta.filename);
 
 test('a repeated GitHub delivery answers 200 with the same job and duplicate: true, and creates nothing', async () => {
   const repo = 'acme/dupes';
-  const { secret } = await createProject(stack, {
-    id: 'dupes',
-    name: 'dupes',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  const { secret } = await addProject({ forge: 'github', id: 'dupes', repo });
   const commit = sha('dupes');
   fake.setFile(repo, commit, pipeline('dupes', '  a:\n    script: [make]\n'));
   const delivery = randomUUID();
@@ -68,13 +60,11 @@ test('a repeated GitHub delivery answers 200 with the same job and duplicate: tr
 
 test('the same delivery arriving several times at once makes one job', async () => {
   const repo = 'acme/dupes-gitea';
-  const { secret } = await createProject(stack, {
+  const { secret } = await addProject({
+    forge: 'gitea',
     id: 'dupes-gitea',
     name: 'dupes gitea',
-    forge: 'gitea',
     repo,
-    repo_url: `https://gitea.example/${repo}.git`,
-    forge_url: fake.url,
   });
   const commit = sha('dupes-gitea');
   fake.setFile(repo, commit, pipeline('dupes-gitea', '  a:\n    script: [make]\n'));
@@ -94,13 +84,7 @@ test('the same delivery arriving several times at once makes one job', async () 
 
 test('a forged signature writes nothing; after a rotation the old secret is refused and the new one works', async () => {
   const repo = 'acme/forged';
-  const { project, secret } = await createProject(stack, {
-    id: 'forged',
-    name: 'forged',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  const { project, secret } = await addProject({ forge: 'github', id: 'forged', repo });
   const commit = sha('forged');
   fake.setFile(repo, commit, pipeline('forged', '  a:\n    script: [make]\n'));
   const tables = ['jobs', 'tasks', 'task_attempts', 'log_chunks'];
@@ -144,12 +128,10 @@ test('a forged signature writes nothing; after a rotation the old secret is refu
 test('a fork pull request runs untrusted, without secrets or token; a same-repo one gets them; closing cancels', async () => {
   const repo = 'acme/pulls';
   const label = 'pulls';
-  const { project, secret } = await createProject(stack, {
-    id: 'pulls',
-    name: 'pulls',
+  const { project, secret } = await addProject({
     forge: 'github',
+    id: 'pulls',
     repo,
-    repo_url: `https://github.com/${repo}.git`,
     forge_token: 'ghp_pulls-token',
   });
   await putSecret(stack, project.id, 'API_KEY', 'api-key-value');
@@ -163,7 +145,7 @@ test('a fork pull request runs untrusted, without secrets or token; a same-repo 
   fake.setFile(repo, forkHead, yml);
   fake.setFile(repo, ownHead, yml);
 
-  const fork = await sendWebhook(
+  const { hook: fork, view: forkJob } = await deliverRunning(
     stack,
     'github',
     'pull_request',
@@ -173,11 +155,8 @@ test('a fork pull request runs untrusted, without secrets or token; a same-repo 
       headSha: forkHead,
       headRepo: 'mallory/pulls',
     }),
-    { secret },
+    secret,
   );
-  assert.equal(fork.status, 202, fork.text);
-  const forkJob = await waitForJob(stack, fork.body.job_id);
-  assert.equal(forkJob.job.state, 'running', JSON.stringify(forkJob.job));
   assert.equal(forkJob.job.trusted, false);
   assert.equal(forkJob.job.trigger, 'pull_request');
   assert.equal(forkJob.job.ref, 'refs/pull/7/head');
@@ -239,12 +218,10 @@ test('a fork pull request runs untrusted, without secrets or token; a same-repo 
 
 test('a pull request from a deleted fork (head.repo null) is untrusted', async () => {
   const repo = 'acme/orphans';
-  const { secret } = await createProject(stack, {
-    id: 'orphans',
-    name: 'orphans',
+  const { secret } = await addProject({
     forge: 'github',
+    id: 'orphans',
     repo,
-    repo_url: `https://github.com/${repo}.git`,
     forge_token: 'ghp_orphans',
   });
   const head = sha('orphan-head');
@@ -266,13 +243,7 @@ test('a pull request from a deleted fork (head.repo null) is untrusted', async (
 
 test('a pull request action that builds nothing (labeled) answers 200 {ignored} and writes nothing', async () => {
   const repo = 'acme/labels';
-  const { secret } = await createProject(stack, {
-    id: 'labels',
-    name: 'labels',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  const { secret } = await addProject({ forge: 'github', id: 'labels', repo });
   const jobs = await countRows(stack, 'jobs');
   const res = await sendWebhook(
     stack,
@@ -288,13 +259,7 @@ test('a pull request action that builds nothing (labeled) answers 200 {ignored} 
 
 test('a new push to a branch cancels the unfinished job of the push before it', async () => {
   const repo = 'acme/superseded';
-  const { secret } = await createProject(stack, {
-    id: 'superseded',
-    name: 'superseded',
-    forge: 'github',
-    repo,
-    repo_url: `https://github.com/${repo}.git`,
-  });
+  const { secret } = await addProject({ forge: 'github', id: 'superseded', repo });
   const [one, two] = [sha('superseded-1'), sha('superseded-2')];
   for (const commit of [one, two]) {
     fake.setFile(repo, commit, pipeline('superseded', '  a:\n    script: [make]\n'));

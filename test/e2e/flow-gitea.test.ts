@@ -1,12 +1,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import { fullFlow } from './flow.ts';
 import {
   claimTask,
-  createProject,
   createWorker,
+  deliverRunning,
   getJob,
   giteaPullRequest,
   giteaPush,
@@ -14,11 +12,10 @@ import {
   pipeline,
   sendWebhook,
   sha,
-  waitForJob,
+  startE2E,
 } from './support.ts';
 
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename);
+const { fake, stack, addProject } = await startE2E(import.meta.filename, { githubApi: false });
 
 test('a signed Gitea push runs from webhook to a successful job, with logs, secrets and outputs', async () => {
   await fullFlow(stack, fake, 'gitea');
@@ -26,22 +23,18 @@ test('a signed Gitea push runs from webhook to a successful job, with logs, secr
 
 test('a Gitea project without a forge token reads the raw file without Authorization and hands out no clone token', async () => {
   const repo = 'harbor/buoys';
-  const { secret } = await createProject(stack, {
+  const { secret } = await addProject({
+    forge: 'gitea',
     id: 'gitea-public',
     name: 'buoys',
-    forge: 'gitea',
     repo,
-    repo_url: `https://gitea.example/${repo}.git`,
     forge_url: `${fake.url}/`,
   });
   const { token } = await createWorker(stack, ['gitea-public']);
   const commit = sha('gitea-public');
   fake.setFile(repo, commit, pipeline('gitea-public', '  buoys:\n    script: [go test ./...]\n'));
 
-  const hook = await sendWebhook(stack, 'gitea', 'push', giteaPush(repo, commit), { secret });
-  assert.equal(hook.status, 202, hook.text);
-  const view = await waitForJob(stack, hook.body.job_id);
-  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
+  await deliverRunning(stack, 'gitea', 'push', giteaPush(repo, commit), secret);
 
   const [request] = fake.requestsFor(commit);
   assert.ok(request);
@@ -62,26 +55,16 @@ test('a Gitea project without a forge token reads the raw file without Authoriza
 
 test('a Gitea pull request update (action synchronized) builds the head commit at refs/pull/N/head', async () => {
   const repo = 'harbor/charts';
-  const { secret } = await createProject(stack, {
-    id: 'gitea-pr',
-    name: 'charts',
-    forge: 'gitea',
-    repo,
-    repo_url: `https://gitea.example/${repo}.git`,
-    forge_url: fake.url,
-  });
+  const { secret } = await addProject({ forge: 'gitea', id: 'gitea-pr', name: 'charts', repo });
   const head = sha('gitea-pr-head');
   fake.setFile(repo, head, pipeline('gitea-pr', '  charts:\n    script: [make]\n'));
-  const hook = await sendWebhook(
+  const { hook, view } = await deliverRunning(
     stack,
     'gitea',
     'pull_request',
     giteaPullRequest(repo, { number: 12, action: 'synchronized', headSha: head }),
-    { secret },
+    secret,
   );
-  assert.equal(hook.status, 202, hook.text);
-  const view = await waitForJob(stack, hook.body.job_id);
-  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
   assert.equal(view.job.trigger, 'pull_request');
   assert.equal(view.job.ref, 'refs/pull/12/head');
   assert.equal(view.job.sha, head);

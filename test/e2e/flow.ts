@@ -4,13 +4,13 @@ import assert from 'node:assert/strict';
 import type { FakeForge } from '../helpers/fake-forge.ts';
 import type { TestStack } from '../helpers/stack.ts';
 import {
+  addProject,
   assertJobShape,
   assertTaskShape,
   assertTaskViewShape,
   claim,
   claimTask,
   complete,
-  createProject,
   createWorker,
   type Forge,
   giteaPush,
@@ -34,14 +34,13 @@ export async function fullFlow(stack: TestStack, fake: FakeForge, forge: Forge):
   const forgeToken = `${forge}-token-${sha('token').slice(0, 12)}`;
 
   // A person sets the project up.
-  const { project, secret } = await createProject(stack, {
+  const { project, secret } = await addProject(stack, fake, {
+    forge,
     id: `${forge}-flow`,
     name: `${forge} flow`,
-    forge,
     repo,
     repo_url: repoUrl,
     forge_token: forgeToken,
-    ...(forge === 'gitea' ? { forge_url: fake.url } : {}),
   });
   assert.equal(project.has_forge_token, true);
   assert.equal(project.enabled, true);

@@ -2,55 +2,43 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import { sweep } from '../../lib/scheduler/index.ts';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import type { TestStack } from '../helpers/stack.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   assertError,
   claim,
   claimTask,
   complete,
-  createProject,
   createWorker,
+  deliverRunning,
   getJob,
   githubPush,
   heartbeat,
   type Json,
   pipeline,
-  sendWebhook,
   sha,
+  startE2E,
   uploadLog,
-  waitForJob,
 } from './support.ts';
 
-const fake = await startFakeForge();
-const stack: TestStack = await testStack(import.meta.filename, {
-  CONDUCTOR_GITHUB_API_URL: fake.url,
-});
 const REPO = 'acme/leases';
-const project = await createProject(stack, {
-  id: 'leases',
-  name: 'leases',
-  forge: 'github',
-  repo: REPO,
-  repo_url: `https://github.com/${REPO}.git`,
-  cancel_superseded: false,
+const {
+  fake,
+  stack,
+  projects: { project },
+} = await startE2E(import.meta.filename, {
+  projects: { project: { forge: 'github', id: 'leases', repo: REPO, cancel_superseded: false } },
 });
 
 /** Pushes `tasks` (labelled `label`) on a branch of its own and waits for the job to run. */
 async function runningJob(label: string, tasks: string): Promise<string> {
   const commit = sha(label);
   fake.setFile(REPO, commit, pipeline(label, tasks));
-  const hook = await sendWebhook(
+  const { hook } = await deliverRunning(
     stack,
     'github',
     'push',
     githubPush(REPO, commit, { ref: `refs/heads/${label}` }),
-    { secret: project.secret },
+    project.secret,
   );
-  assert.equal(hook.status, 202, hook.text);
-  const view = await waitForJob(stack, hook.body.job_id);
-  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
   return hook.body.job_id;
 }
 

@@ -1,13 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   assertError,
   claimTask,
   complete,
-  createProject,
   createWorker,
+  deliverRunning,
   githubPullRequest,
   githubPush,
   heartbeat,
@@ -15,25 +13,21 @@ import {
   putSecret,
   sendWebhook,
   sha,
+  startE2E,
   uploadLog,
   waitForJob,
 } from './support.ts';
 
 const LOG_LIMIT = 4096;
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename, {
-  CONDUCTOR_GITHUB_API_URL: fake.url,
-  CONDUCTOR_LOG_MAX_BYTES: String(LOG_LIMIT),
-});
 const REPO = 'acme/logs';
 const SECRET = 'correct-horse-battery-staple';
-const project = await createProject(stack, {
-  id: 'logs',
-  name: 'logs',
-  forge: 'github',
-  repo: REPO,
-  repo_url: `https://github.com/${REPO}.git`,
-  cancel_superseded: false,
+const {
+  fake,
+  stack,
+  projects: { project },
+} = await startE2E(import.meta.filename, {
+  env: { CONDUCTOR_LOG_MAX_BYTES: String(LOG_LIMIT) },
+  projects: { project: { forge: 'github', id: 'logs', repo: REPO, cancel_superseded: false } },
 });
 await putSecret(stack, 'logs', 'PASSPHRASE', SECRET);
 
@@ -45,16 +39,13 @@ async function claimed(label: string) {
     commit,
     pipeline(label, '  a:\n    secrets: [PASSPHRASE]\n    script: [make]\n'),
   );
-  const hook = await sendWebhook(
+  await deliverRunning(
     stack,
     'github',
     'push',
     githubPush(REPO, commit, { ref: `refs/heads/${label}` }),
-    { secret: project.secret },
+    project.secret,
   );
-  assert.equal(hook.status, 202, hook.text);
-  const view = await waitForJob(stack, hook.body.job_id);
-  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
   const { token } = await createWorker(stack, [label]);
   return { task: await claimTask(stack, token), token };
 }

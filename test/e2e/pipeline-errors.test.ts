@@ -5,11 +5,8 @@ import { handler as compileHandler } from '../../functions/compile.ts';
 import { dispatchCompile } from '../../lib/dispatch.ts';
 import { sweep } from '../../lib/scheduler/index.ts';
 import { runSweep } from '../../lib/sweeper.ts';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   claimTask,
-  createProject,
   createWorker,
   getJob,
   giteaPush,
@@ -18,29 +15,27 @@ import {
   pipeline,
   sendWebhook,
   sha,
+  startE2E,
   waitForJob,
 } from './support.ts';
 
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
 const REPO = 'acme/pipelines';
-const project = await createProject(stack, {
-  id: 'pipelines',
-  name: 'pipelines',
-  forge: 'github',
-  repo: REPO,
-  repo_url: `https://github.com/${REPO}.git`,
-  cancel_superseded: false,
-});
 const GITEA_REPO = 'acme/pipelines-gitea';
-const giteaProject = await createProject(stack, {
-  id: 'pipelines-gitea',
-  name: 'pipelines gitea',
-  forge: 'gitea',
-  repo: GITEA_REPO,
-  repo_url: `https://gitea.example/${GITEA_REPO}.git`,
-  forge_url: fake.url,
-  cancel_superseded: false,
+const {
+  fake,
+  stack,
+  projects: { project, giteaProject },
+} = await startE2E(import.meta.filename, {
+  projects: {
+    project: { forge: 'github', id: 'pipelines', repo: REPO, cancel_superseded: false },
+    giteaProject: {
+      forge: 'gitea',
+      id: 'pipelines-gitea',
+      name: 'pipelines gitea',
+      repo: GITEA_REPO,
+      cancel_superseded: false,
+    },
+  },
 });
 
 let branches = 0;

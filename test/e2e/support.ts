@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { signBody } from '../../lib/forge/webhook.ts';
-import type { TestStack } from '../helpers/stack.ts';
+import { type FakeForge, startFakeForge } from '../helpers/fake-forge.ts';
+import { type TestStack, testStack } from '../helpers/stack.ts';
 
 export type Forge = 'github' | 'gitea';
 
@@ -344,6 +345,24 @@ export function sendWebhook(
   return stack.call('POST', `/v1/webhooks/${forge}`, { raw: bytes, headers });
 }
 
+/**
+ * Sends a signed delivery, asserts the 202 and waits for its job to leave
+ * `pending`, asserting it runs; answers the webhook's reply and the job's view.
+ */
+export async function deliverRunning(
+  stack: TestStack,
+  forge: Forge,
+  event: string,
+  payload: unknown,
+  secret: string,
+): Promise<{ hook: Reply; view: Record<string, Json> }> {
+  const hook = await sendWebhook(stack, forge, event, payload, { secret });
+  assert.equal(hook.status, 202, hook.text);
+  const view = await waitForJob(stack, hook.body.job_id);
+  assert.equal(view.job.state, 'running', JSON.stringify(view.job));
+  return { hook, view };
+}
+
 // ---------------------------------------------------------------- API calls
 
 export interface CreatedProject {
@@ -360,6 +379,69 @@ export async function createProject(
   assert.equal(res.status, 201, res.text);
   assert.equal(typeof res.body.webhook_secret, 'string');
   return { project: res.body.project, secret: res.body.webhook_secret };
+}
+
+/**
+ * A project as a test registers it: `repo_url` is the repository on its
+ * forge's host and a Gitea project's `forge_url` is the fake forge, unless
+ * given; `name` is the id unless given; any other field is sent as given.
+ */
+export interface ProjectSpec {
+  forge: Forge;
+  id: string;
+  repo: string;
+  name?: string;
+  [field: string]: unknown;
+}
+
+/** POST /v1/projects for `spec` (see ProjectSpec), asserting the 201. */
+export function addProject(
+  stack: TestStack,
+  fake: FakeForge,
+  spec: ProjectSpec,
+): Promise<CreatedProject> {
+  const host = spec.forge === 'github' ? 'github.com' : 'gitea.example';
+  return createProject(stack, {
+    name: spec.id,
+    repo_url: `https://${host}/${spec.repo}.git`,
+    ...(spec.forge === 'gitea' ? { forge_url: fake.url } : {}),
+    ...spec,
+  });
+}
+
+export interface E2E<K extends string> {
+  fake: FakeForge;
+  stack: TestStack;
+  /** The projects asked for, registered in the order given. */
+  projects: Record<K, CreatedProject>;
+  /** Registers one more project on this stack (see ProjectSpec). */
+  addProject(spec: ProjectSpec): Promise<CreatedProject>;
+}
+
+/**
+ * Starts a fake forge and the stack on the calling test file's own database,
+ * reading GitHub through the fake forge unless `githubApi` is false, with
+ * `env` on top; registers `projects`. Both stop when the file ends (the
+ * after() hooks of startFakeForge and testStack).
+ */
+export async function startE2E<K extends string = never>(
+  file: string,
+  opts: {
+    env?: Record<string, string>;
+    githubApi?: boolean;
+    projects?: Record<K, ProjectSpec>;
+  } = {},
+): Promise<E2E<K>> {
+  const fake = await startFakeForge();
+  const stack = await testStack(file, {
+    ...(opts.githubApi === false ? {} : { CONDUCTOR_GITHUB_API_URL: fake.url }),
+    ...opts.env,
+  });
+  const projects = {} as Record<K, CreatedProject>;
+  for (const [key, spec] of Object.entries(opts.projects ?? {}) as [K, ProjectSpec][]) {
+    projects[key] = await addProject(stack, fake, spec);
+  }
+  return { fake, stack, projects, addProject: (spec) => addProject(stack, fake, spec) };
 }
 
 /** POST /v1/workers, asserting the 201; answers the worker and its token. */

@@ -1,13 +1,10 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
-import { startFakeForge } from '../helpers/fake-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   assertBadRequest,
   claimTask,
   countRows,
-  createProject,
   createWorker,
   giteaPush,
   githubPullRequest,
@@ -16,19 +13,17 @@ import {
   type Reply,
   sendWebhook,
   sha,
+  startE2E,
   waitForJob,
 } from './support.ts';
 
-const fake = await startFakeForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
-
 const REPO = 'acme/validation';
-const project = await createProject(stack, {
-  id: 'validation',
-  name: 'validation',
-  forge: 'github',
-  repo: REPO,
-  repo_url: `https://github.com/${REPO}.git`,
+const {
+  fake,
+  stack,
+  projects: { project },
+} = await startE2E(import.meta.filename, {
+  projects: { project: { forge: 'github', id: 'validation', repo: REPO } },
 });
 const runner = await createWorker(stack, ['validation']);
 const commit = sha('validation');
