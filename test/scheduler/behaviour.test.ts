@@ -6,24 +6,14 @@ import {
   cancelJob,
   cancelPullRequest,
   claimTask,
-  completeTask,
   createJob,
   heartbeat,
   rerunJob,
 } from '../../lib/scheduler/index.ts';
-import { testDatabase } from '../helpers/db.ts';
-import {
-  claimNamed,
-  jobState,
-  makeProject,
-  makeWorker,
-  sha,
-  spec,
-  startedJob,
-  tasksOf,
-} from '../helpers/fixtures.ts';
+import { sha, spec } from '../helpers/fixtures.ts';
+import { schedulerDatabase } from '../helpers/scheduler.ts';
 
-const db = await testDatabase(import.meta.filename);
+const db = await schedulerDatabase(import.meta.filename);
 const { pool } = db;
 
 // Tests share one database; cancel what a test left unfinished so the next
@@ -36,35 +26,17 @@ beforeEach(async () => {
   );
 });
 
-type Outcome = 'success' | 'failed' | 'cancelled';
-async function finish(
-  worker: string,
-  task: { id: string; lease_id: string | null },
-  outcome: Outcome,
-  more: { transient?: boolean; outputs?: Record<string, string>; error?: string } = {},
-) {
-  return completeTask(pool, {
-    workerId: worker,
-    taskId: task.id,
-    leaseId: task.lease_id!,
-    outcome,
-    ...more,
-  });
-}
-
 test('a transient failure is queued again until its attempts run out, then fails', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('flaky', { maxAttempts: 3 })]);
+  const { worker, job } = await db.runningJob([spec('flaky', { maxAttempts: 3 })]);
   for (const attempt of [1, 2]) {
-    const t = await claimNamed(pool, worker, 'flaky');
+    const t = await db.claimNamed(worker, 'flaky');
     assert.equal(t.attempt, attempt);
-    const r = await finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
+    const r = await db.finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
     assert.deepEqual([r.state, r.job_state], ['queued', null]);
   }
-  const t = await claimNamed(pool, worker, 'flaky');
+  const t = await db.claimNamed(worker, 'flaky');
   assert.equal(t.attempt, 3);
-  const r = await finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
+  const r = await db.finish(worker, t, 'failed', { transient: true, error: 'clone failed' });
   assert.deepEqual([r.state, r.job_state], ['failed', 'failed']);
   const { rows } = await pool.query(
     'select attempt, outcome, transient, result_state from task_attempts where task_id = $1 order by attempt',
@@ -78,69 +50,61 @@ test('a transient failure is queued again until its attempts run out, then fails
       [3, 'failed', true, 'failed'],
     ],
   );
-  assert.equal(await jobState(pool, job.id), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
 });
 
 test("a script's own failure is final even with attempts left", async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  await startedJob(pool, project, [spec('lint', { maxAttempts: 3 })]);
-  const t = await claimNamed(pool, worker, 'lint');
-  const r = await finish(worker, t, 'failed', { transient: false });
+  const { worker } = await db.runningJob([spec('lint', { maxAttempts: 3 })]);
+  const t = await db.claimNamed(worker, 'lint');
+  const r = await db.finish(worker, t, 'failed', { transient: false });
   assert.deepEqual([r.state, r.job_state], ['failed', 'failed']);
 });
 
 test('a failure skips every task reachable from it, and the job fails', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('build'),
     spec('other'),
     spec('test', { needs: ['build'] }),
     spec('package', { needs: ['test'] }),
     spec('deploy', { needs: ['package', 'other'] }),
   ]);
-  const build = await claimNamed(pool, worker, 'build');
-  await finish(worker, build, 'failed');
-  let tasks = await tasksOf(pool, job.id);
+  const build = await db.claimNamed(worker, 'build');
+  await db.finish(worker, build, 'failed');
+  let tasks = await db.tasksOf(job.id);
   assert.equal(tasks.test!.state, 'skipped');
   assert.equal(tasks.package!.state, 'skipped');
   assert.equal(tasks.deploy!.state, 'skipped');
   assert.match(tasks.deploy!.error!, /build failed/);
   assert.equal(tasks.other!.state, 'queued', 'an unrelated branch goes on');
-  const other = await claimNamed(pool, worker, 'other');
-  const r = await finish(worker, other, 'success');
+  const other = await db.claimNamed(worker, 'other');
+  const r = await db.finish(worker, other, 'success');
   assert.equal(r.job_state, 'failed');
-  tasks = await tasksOf(pool, job.id);
+  tasks = await db.tasksOf(job.id);
   assert.equal(tasks.deploy!.state, 'skipped', 'a skipped task stays skipped');
 });
 
 test('an allow_failure task that fails lets its dependents run and the job succeed', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('optional', { allowFailure: true }),
     spec('after', { needs: ['optional'] }),
   ]);
-  await finish(worker, await claimNamed(pool, worker, 'optional'), 'failed');
-  assert.equal((await tasksOf(pool, job.id)).after!.state, 'queued');
-  const r = await finish(worker, await claimNamed(pool, worker, 'after'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'optional'), 'failed');
+  assert.equal((await db.tasksOf(job.id)).after!.state, 'queued');
+  const r = await db.finish(worker, await db.claimNamed(worker, 'after'), 'success');
   assert.equal(r.job_state, 'success');
 });
 
 test('a task whose producer did not give a declared output fails at promotion, naming both', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('build', { outputs: ['version', 'digest'] }),
     spec('deploy', { needs: ['build'] }),
     spec('notify', { needs: ['deploy'] }),
   ]);
-  const r = await finish(worker, await claimNamed(pool, worker, 'build'), 'success', {
+  const r = await db.finish(worker, await db.claimNamed(worker, 'build'), 'success', {
     outputs: { version: '1' },
   });
   assert.equal(r.job_state, 'failed', 'nothing is left to run, so the job settles');
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.deploy!.state, 'failed');
   assert.equal(tasks.deploy!.error, 'needs output "digest" of "build", which finished without it');
   assert.equal(tasks.notify!.state, 'skipped');
@@ -148,58 +112,56 @@ test('a task whose producer did not give a declared output fails at promotion, n
 });
 
 test('an allow_failure producer that failed without its output fails the consumer', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('probe', { allowFailure: true, outputs: ['result'] }),
     spec('use', { needs: ['probe'] }),
   ]);
-  await finish(worker, await claimNamed(pool, worker, 'probe'), 'failed');
-  const tasks = await tasksOf(pool, job.id);
+  await db.finish(worker, await db.claimNamed(worker, 'probe'), 'failed');
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.use!.state, 'failed');
   assert.match(tasks.use!.error!, /output "result" of "probe"/);
-  assert.equal(await jobState(pool, job.id), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
 });
 
 test('a task listing a secret the project lacks fails when the job starts, naming it', async () => {
-  const project = await makeProject(pool, { secrets: ['NPM_TOKEN'] });
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const project = await db.makeProject({ secrets: ['NPM_TOKEN'] });
+  const worker = await db.makeWorker();
+  const job = await db.startedJob(project, [
     spec('ok', { secrets: ['NPM_TOKEN'] }),
     spec('deploy', { secrets: ['NPM_TOKEN', 'DEPLOY_KEY'] }),
     spec('after-deploy', { needs: ['deploy'] }),
   ]);
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.ok!.state, 'queued');
   assert.equal(tasks.deploy!.state, 'failed');
   assert.equal(tasks.deploy!.error, `secret DEPLOY_KEY is not set for project ${project}`);
   assert.equal(tasks['after-deploy']!.state, 'skipped');
-  const r = await finish(worker, await claimNamed(pool, worker, 'ok'), 'success');
+  const r = await db.finish(worker, await db.claimNamed(worker, 'ok'), 'success');
   assert.equal(r.job_state, 'failed');
 });
 
 test('claims take the oldest job first and only tasks whose labels the worker has', async () => {
-  const project = await makeProject(pool);
-  const older = await startedJob(pool, project, [
+  const project = await db.makeProject();
+  const older = await db.startedJob(project, [
     spec('gpu-task', { labels: ['gpu'] }),
     spec('plain'),
   ]);
-  const newer = await startedJob(pool, project, [spec('plain-new')]);
-  const linux = await makeWorker(pool, ['linux']);
+  const newer = await db.startedJob(project, [spec('plain-new')]);
+  const linux = await db.makeWorker(['linux']);
   const first = await claimTask(pool, linux, ['linux']);
   assert.equal(first?.name, 'plain', 'the gpu task is not for this worker');
   assert.equal(first?.job_id, older.id);
   assert.equal((await claimTask(pool, linux, ['linux']))?.job_id, newer.id);
   assert.equal(await claimTask(pool, linux, ['linux']), null);
-  const gpu = await makeWorker(pool, ['gpu', 'linux']);
+  const gpu = await db.makeWorker(['gpu', 'linux']);
   assert.equal((await claimTask(pool, gpu, ['gpu', 'linux']))?.name, 'gpu-task');
 });
 
 test('an empty claim writes nothing', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
+  const project = await db.makeProject();
+  const worker = await db.makeWorker();
   // A task nobody can claim, so the claim reads rows and still finds nothing.
-  await startedJob(pool, project, [spec('special', { labels: ['never'] })]);
+  await db.startedJob(project, [spec('special', { labels: ['never'] })]);
   const single = createPool({ url: db.url, max: 1 });
   const writes = async () => {
     await single.query('select pg_stat_force_next_flush()');
@@ -217,7 +179,7 @@ test('an empty claim writes nothing', async () => {
     for (let i = 0; i < 20; i++) assert.equal(await claimTask(single, worker, []), null);
     assert.equal(await writes(), before);
     // The same measurement does see a claim that took something.
-    await startedJob(pool, project, [spec('claimable')]);
+    await db.startedJob(project, [spec('claimable')]);
     assert.ok(await claimTask(single, worker, []));
     assert.ok((await writes()) > before, 'the counters see a claim that wrote');
   } finally {
@@ -226,19 +188,19 @@ test('an empty claim writes nothing', async () => {
 });
 
 test('heartbeat and completion need the current lease and the worker that holds it', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const intruder = await makeWorker(pool);
-  await startedJob(pool, project, [spec('a')]);
-  const t = await claimNamed(pool, worker, 'a');
+  const project = await db.makeProject();
+  const worker = await db.makeWorker();
+  const intruder = await db.makeWorker();
+  await db.startedJob(project, [spec('a')]);
+  const t = await db.claimNamed(worker, 'a');
   const stale = '00000000-0000-4000-8000-000000000000';
   await assert.rejects(heartbeat(pool, worker, t.id, stale), ConflictError);
   await assert.rejects(heartbeat(pool, intruder, t.id, t.lease_id!), ConflictError);
-  await assert.rejects(finish(worker, { id: t.id, lease_id: stale }, 'success'), ConflictError);
-  await assert.rejects(finish(intruder, t, 'success'), ConflictError);
+  await assert.rejects(db.finish(worker, { id: t.id, lease_id: stale }, 'success'), ConflictError);
+  await assert.rejects(db.finish(intruder, t, 'success'), ConflictError);
   await assert.rejects(heartbeat(pool, worker, stale, t.lease_id!), NotFoundError);
   await assert.rejects(
-    finish(worker, { id: stale, lease_id: t.lease_id }, 'success'),
+    db.finish(worker, { id: stale, lease_id: t.lease_id }, 'success'),
     NotFoundError,
   );
   const hb = await heartbeat(pool, worker, t.id, t.lease_id!, { leaseS: 600 });
@@ -246,27 +208,25 @@ test('heartbeat and completion need the current lease and the worker that holds 
 });
 
 test('repeating a completion with the same lease answers the same state; a different one conflicts', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  await startedJob(pool, project, [spec('a', { maxAttempts: 2 }), spec('b')]);
-  const a = await claimNamed(pool, worker, 'a');
-  const first = await finish(worker, a, 'failed', { transient: true });
+  const { worker } = await db.runningJob([spec('a', { maxAttempts: 2 }), spec('b')]);
+  const a = await db.claimNamed(worker, 'a');
+  const first = await db.finish(worker, a, 'failed', { transient: true });
   assert.equal(first.state, 'queued');
-  const again = await finish(worker, a, 'failed', { transient: true });
+  const again = await db.finish(worker, a, 'failed', { transient: true });
   assert.deepEqual([again.state, again.job_state], ['queued', null]);
-  await assert.rejects(finish(worker, a, 'success'), ConflictError);
-  const retry = await claimNamed(pool, worker, 'a');
+  await assert.rejects(db.finish(worker, a, 'success'), ConflictError);
+  const retry = await db.claimNamed(worker, 'a');
   assert.equal(retry.attempt, 2);
   // A replay is answered from the attempt it belongs to, even after the task moved on;
   // anything else with the old lease conflicts.
-  assert.equal((await finish(worker, a, 'failed', { transient: true })).state, 'queued');
+  assert.equal((await db.finish(worker, a, 'failed', { transient: true })).state, 'queued');
   await assert.rejects(heartbeat(pool, worker, a.id, a.lease_id!), ConflictError);
-  await finish(worker, retry, 'success');
+  await db.finish(worker, retry, 'success');
 
-  const b = await claimNamed(pool, worker, 'b');
-  const done = await finish(worker, b, 'success');
+  const b = await db.claimNamed(worker, 'b');
+  const done = await db.finish(worker, b, 'success');
   assert.equal(done.state, 'success');
-  const repeat = await finish(worker, b, 'success');
+  const repeat = await db.finish(worker, b, 'success');
   assert.deepEqual([repeat.state, repeat.job_state], ['success', null]);
   const { rows } = await pool.query(
     'select count(*)::int as n from task_attempts where task_id = $1',
@@ -276,47 +236,44 @@ test('repeating a completion with the same lease answers the same state; a diffe
 });
 
 test('cancel during a run: queued tasks are cancelled, the heartbeat says cancel, completion records cancelled', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('long'),
     spec('waiting', { needs: ['long'] }),
     spec('queued-one'),
   ]);
-  const long = await claimNamed(pool, worker, 'long');
+  const long = await db.claimNamed(worker, 'long');
   const cancelled = await cancelJob(pool, job.id);
   assert.equal(cancelled.state, 'cancelled');
-  let tasks = await tasksOf(pool, job.id);
+  let tasks = await db.tasksOf(job.id);
   assert.equal(tasks.waiting!.state, 'cancelled');
   assert.equal(tasks['queued-one']!.state, 'cancelled');
   assert.equal(tasks.long!.state, 'running', 'the runner is told; the task ends when it reports');
   assert.equal((await heartbeat(pool, worker, long.id, long.lease_id!)).cancel, true);
   assert.equal(await claimTask(pool, worker, []), null);
-  const r = await finish(worker, long, 'success');
+  const r = await db.finish(worker, long, 'success');
   assert.deepEqual([r.state, r.job_state], ['cancelled', null]);
-  tasks = await tasksOf(pool, job.id);
+  tasks = await db.tasksOf(job.id);
   assert.equal(tasks.long!.state, 'cancelled');
-  assert.equal(await jobState(pool, job.id), 'cancelled');
+  assert.equal(await db.jobState(job.id), 'cancelled');
   const again = await cancelJob(pool, job.id);
   assert.equal(again.state, 'cancelled', 'cancelling a finished job answers it unchanged');
 });
 
 test('a new job on a branch cancels the older unfinished jobs of that branch only', async () => {
-  const project = await makeProject(pool);
-  const push = (ref: string, n: number) =>
-    createJob(pool, { projectId: project, ref, sha: sha(n), trigger: 'push', trusted: true });
+  const project = await db.makeProject();
+  const push = (ref: string, n: number) => db.pendingJob(project, { ref, sha: sha(n) });
   const first = await push('refs/heads/main', 1);
   const otherBranch = await push('refs/heads/dev', 2);
   const second = await push('refs/heads/main', 3);
   assert.deepEqual(second.superseded, [first.job.id]);
-  assert.equal(await jobState(pool, first.job.id), 'cancelled');
-  assert.equal(await jobState(pool, otherBranch.job.id), 'pending');
+  assert.equal(await db.jobState(first.job.id), 'cancelled');
+  assert.equal(await db.jobState(otherBranch.job.id), 'pending');
   const { rows } = await pool.query('select error from jobs where id = $1', [first.job.id]);
   assert.equal(rows[0].error, `superseded by job #${second.job.number}`);
 });
 
 test('tags, reruns and projects that turned it off never cancel superseded jobs', async () => {
-  const project = await makeProject(pool);
+  const project = await db.makeProject();
   const tag = (n: number) =>
     createJob(pool, {
       projectId: project,
@@ -327,28 +284,16 @@ test('tags, reruns and projects that turned it off never cancel superseded jobs'
     });
   const t1 = await tag(1);
   await tag(2);
-  assert.equal(await jobState(pool, t1.job.id), 'pending');
+  assert.equal(await db.jobState(t1.job.id), 'pending');
 
-  const off = await makeProject(pool, { cancelSuperseded: false });
-  const a = await createJob(pool, {
-    projectId: off,
-    ref: 'refs/heads/main',
-    sha: sha(1),
-    trigger: 'push',
-    trusted: true,
-  });
-  await createJob(pool, {
-    projectId: off,
-    ref: 'refs/heads/main',
-    sha: sha(2),
-    trigger: 'push',
-    trusted: true,
-  });
-  assert.equal(await jobState(pool, a.job.id), 'pending');
+  const off = await db.makeProject({ cancelSuperseded: false });
+  const a = await db.pendingJob(off, { sha: sha(1) });
+  await db.pendingJob(off, { sha: sha(2) });
+  assert.equal(await db.jobState(a.job.id), 'pending');
 });
 
 test('a pull request job supersedes the older ones of the same pull request; closing it cancels them', async () => {
-  const project = await makeProject(pool);
+  const project = await db.makeProject();
   const pr = (n: number, number: number) =>
     createJob(pool, {
       projectId: project,
@@ -362,29 +307,27 @@ test('a pull request job supersedes the older ones of the same pull request; clo
   const a = await pr(1, 7);
   const b = await pr(2, 7);
   const other = await pr(3, 8);
-  assert.equal(await jobState(pool, a.job.id), 'cancelled');
+  assert.equal(await db.jobState(a.job.id), 'cancelled');
   assert.deepEqual(await cancelPullRequest(pool, project, 7), [b.job.id]);
-  assert.equal(await jobState(pool, b.job.id), 'cancelled');
-  assert.equal(await jobState(pool, other.job.id), 'pending');
+  assert.equal(await db.jobState(b.job.id), 'cancelled');
+  assert.equal(await db.jobState(other.job.id), 'pending');
   const { rows } = await pool.query('select error from jobs where id = $1', [b.job.id]);
   assert.equal(rows[0].error, 'pull request #7 was closed');
 });
 
 test('rerun of the failed tasks keeps the successful ones with their outputs and runs the rest', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { project, worker, job } = await db.runningJob([
     spec('build', { outputs: ['version'] }),
     spec('test', { needs: ['build'] }),
     spec('deploy', { needs: ['test'] }),
   ]);
-  await finish(worker, await claimNamed(pool, worker, 'build'), 'success', {
+  await db.finish(worker, await db.claimNamed(worker, 'build'), 'success', {
     outputs: { version: '7' },
   });
-  await finish(worker, await claimNamed(pool, worker, 'test'), 'failed');
-  assert.equal(await jobState(pool, job.id), 'failed');
+  await db.finish(worker, await db.claimNamed(worker, 'test'), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
 
-  const running = await startedJob(pool, project, [spec('x')]);
+  const running = await db.startedJob(project, [spec('x')]);
   await assert.rejects(
     rerunJob(pool, running.id, true),
     ConflictError,
@@ -398,7 +341,7 @@ test('rerun of the failed tasks keeps the successful ones with their outputs and
   assert.equal(rerun.job.rerun_of, job.id);
   assert.equal(rerun.job.sha, job.sha);
   assert.equal(rerun.job.state, 'running');
-  const tasks = await tasksOf(pool, rerun.job.id);
+  const tasks = await db.tasksOf(rerun.job.id);
   assert.equal(tasks.build!.state, 'success');
   assert.ok(tasks.build!.copied_from);
   assert.equal(tasks.test!.state, 'queued');
@@ -407,37 +350,29 @@ test('rerun of the failed tasks keeps the successful ones with their outputs and
     tasks.build!.id,
   ]);
   assert.deepEqual(rows, [{ name: 'version', value: '7' }]);
-  await finish(worker, await claimNamed(pool, worker, 'test'), 'success');
-  const r = await finish(worker, await claimNamed(pool, worker, 'deploy'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'test'), 'success');
+  const r = await db.finish(worker, await db.claimNamed(worker, 'deploy'), 'success');
   assert.equal(r.job_state, 'success');
-  assert.equal(await jobState(pool, job.id), 'failed', 'the first job keeps its state');
+  assert.equal(await db.jobState(job.id), 'failed', 'the first job keeps its state');
 });
 
 test('rerun of all tasks runs every task again and cancels nothing', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('a'), spec('b', { needs: ['a'] })], {
+  const { worker, job } = await db.runningJob([spec('a'), spec('b', { needs: ['a'] })], {
     ref: 'refs/heads/main',
   });
-  await finish(worker, await claimNamed(pool, worker, 'a'), 'success');
-  await finish(worker, await claimNamed(pool, worker, 'b'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'a'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'b'), 'success');
   const first = await rerunJob(pool, job.id, false);
   const second = await rerunJob(pool, job.id, false);
-  assert.equal(await jobState(pool, first.job.id), 'running', 'a rerun does not supersede');
-  const tasks = await tasksOf(pool, second.job.id);
+  assert.equal(await db.jobState(first.job.id), 'running', 'a rerun does not supersede');
+  const tasks = await db.tasksOf(second.job.id);
   assert.equal(tasks.a!.state, 'queued');
   assert.equal(tasks.b!.state, 'waiting');
 });
 
 test('rerun of a job that never compiled asks for a compile', async () => {
-  const project = await makeProject(pool);
-  const { job } = await createJob(pool, {
-    projectId: project,
-    ref: 'refs/heads/main',
-    sha: sha(),
-    trigger: 'push',
-    trusted: true,
-  });
+  const project = await db.makeProject();
+  const { job } = await db.pendingJob(project);
   await cancelJob(pool, job.id);
   const rerun = await rerunJob(pool, job.id, true);
   assert.equal(rerun.dispatch, true);

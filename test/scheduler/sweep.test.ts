@@ -9,27 +9,17 @@ import {
   type ClaimedTask,
   cancelJob,
   claimTask,
-  completeTask,
-  createJob,
   heartbeat,
   noteCompileError,
   type SweepSummary,
   sweep,
 } from '../../lib/scheduler/index.ts';
 import type { AttemptRow } from '../../lib/scheduler/types.ts';
-import { testDatabase } from '../helpers/db.ts';
-import {
-  claimNamed,
-  jobState,
-  makeProject,
-  makeWorker,
-  sha,
-  spec,
-  startedJob,
-  tasksOf,
-} from '../helpers/fixtures.ts';
+import { sha, spec } from '../helpers/fixtures.ts';
+import { schedulerDatabase } from '../helpers/scheduler.ts';
 
-const { pool } = await testDatabase(import.meta.filename);
+const db = await schedulerDatabase(import.meta.filename);
+const { pool } = db;
 
 const NOTHING: Readonly<SweepSummary> = {
   leases_expired: 0,
@@ -67,6 +57,14 @@ beforeEach(async () => {
 async function expireLease(taskId: string): Promise<void> {
   await pool.query(
     `update tasks set lease_expires_at = now() - interval '1 second' where id = $1`,
+    [taskId],
+  );
+}
+
+/** Moves the task's current attempt two hours into the past, beyond any test's timeout. */
+async function overrunTimeout(taskId: string): Promise<void> {
+  await pool.query(
+    `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
     [taskId],
   );
 }
@@ -140,156 +138,112 @@ async function rejectsWithConflict(p: Promise<unknown>, what: string): Promise<v
 }
 
 test('a lost settle is repaired: the sweep settles a job whose last outcome committed without its follow-up', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('build'), spec('test', { needs: ['build'] })]);
-  const build = await claimNamed(pool, worker, 'build');
-  await completeTask(pool, {
-    workerId: worker,
-    taskId: build.id,
-    leaseId: build.lease_id!,
-    outcome: 'success',
-  });
-  const last = await claimNamed(pool, worker, 'test');
+  const { worker, job } = await db.runningJob([spec('build'), spec('test', { needs: ['build'] })]);
+  const build = await db.claimNamed(worker, 'build');
+  await db.finish(worker, build, 'success');
+  const last = await db.claimNamed(worker, 'test');
   await outcomeWithoutFollowUp(last, 'success');
-  assert.equal(await jobState(pool, job.id), 'running', 'the crash left the job running');
+  assert.equal(await db.jobState(job.id), 'running', 'the crash left the job running');
 
   assert.deepEqual(await sweep(pool), summary({ jobs_settled: 1 }));
-  assert.equal(await jobState(pool, job.id), 'success');
+  assert.equal(await db.jobState(job.id), 'success');
   assert.deepEqual(await sweep(pool), NOTHING, 'a second sweep finds nothing to do');
 
   // The runner retries its completion after the crash: the same answer, and
   // the job is not reported settled a second time.
-  const repeat = await completeTask(pool, {
-    workerId: worker,
-    taskId: last.id,
-    leaseId: last.lease_id!,
-    outcome: 'success',
-    exitCode: 0,
-  });
+  const repeat = await db.finish(worker, last, 'success', { exitCode: 0 });
   assert.deepEqual([repeat.state, repeat.job_state], ['success', null]);
-  assert.equal(await jobState(pool, job.id), 'success');
+  assert.equal(await db.jobState(job.id), 'success');
 });
 
 test('a lost settle after a failure settles the job failed', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('lint', { allowFailure: true }), spec('test')]);
-  const lint = await claimNamed(pool, worker, 'lint');
-  await completeTask(pool, {
-    workerId: worker,
-    taskId: lint.id,
-    leaseId: lint.lease_id!,
-    outcome: 'failed',
-    exitCode: 1,
-  });
-  const test1 = await claimNamed(pool, worker, 'test');
+  const { worker, job } = await db.runningJob([spec('lint', { allowFailure: true }), spec('test')]);
+  const lint = await db.claimNamed(worker, 'lint');
+  await db.finish(worker, lint, 'failed', { exitCode: 1 });
+  const test1 = await db.claimNamed(worker, 'test');
   await outcomeWithoutFollowUp(test1, 'failed');
 
   assert.deepEqual(await sweep(pool), summary({ jobs_settled: 1 }));
-  assert.equal(await jobState(pool, job.id), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
 });
 
 test('a job left running with finished_at cleared is settled again by the sweep', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('only')]);
-  const only = await claimNamed(pool, worker, 'only');
-  const done = await completeTask(pool, {
-    workerId: worker,
-    taskId: only.id,
-    leaseId: only.lease_id!,
-    outcome: 'success',
-  });
+  const { worker, job } = await db.runningJob([spec('only')]);
+  const only = await db.claimNamed(worker, 'only');
+  const done = await db.finish(worker, only, 'success');
   assert.equal(done.job_state, 'success');
   await pool.query(`update jobs set state = 'running', finished_at = null where id = $1`, [job.id]);
 
   assert.deepEqual(await sweep(pool), summary({ jobs_settled: 1 }));
-  assert.equal(await jobState(pool, job.id), 'success');
+  assert.equal(await db.jobState(job.id), 'success');
 });
 
 test('a lost promotion is repaired once: the sweep queues the child of a parent that finished without its follow-up', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('build', { outputs: ['version'] }),
     spec('test', { needs: ['build'] }),
   ]);
-  const build = await claimNamed(pool, worker, 'build');
+  const build = await db.claimNamed(worker, 'build');
   await outcomeWithoutFollowUp(build, 'success', { version: '1.0.0' });
-  assert.equal((await tasksOf(pool, job.id)).test!.state, 'waiting');
+  assert.equal((await db.tasksOf(job.id)).test!.state, 'waiting');
 
   assert.deepEqual(await sweep(pool), summary({ tasks_promoted: 1 }));
-  assert.equal((await tasksOf(pool, job.id)).test!.state, 'queued');
-  assert.equal(await jobState(pool, job.id), 'running');
+  assert.equal((await db.tasksOf(job.id)).test!.state, 'queued');
+  assert.equal(await db.jobState(job.id), 'running');
   assert.deepEqual(await sweep(pool), NOTHING, 'a second sweep does nothing');
 
-  const test1 = await claimNamed(pool, worker, 'test');
-  const done = await completeTask(pool, {
-    workerId: worker,
-    taskId: test1.id,
-    leaseId: test1.lease_id!,
-    outcome: 'success',
-  });
+  const test1 = await db.claimNamed(worker, 'test');
+  const done = await db.finish(worker, test1, 'success');
   assert.equal(done.job_state, 'success');
 });
 
 test('a lost fan-in promotion is repaired: two parents finished at once, the child is queued once', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('a'),
     spec('b'),
     spec('join', { needs: ['a', 'b'] }),
   ]);
-  const a = await claimNamed(pool, worker, 'a');
-  const b = await claimNamed(pool, worker, 'b');
+  const a = await db.claimNamed(worker, 'a');
+  const b = await db.claimNamed(worker, 'b');
   await outcomeWithoutFollowUp(a, 'success');
   await outcomeWithoutFollowUp(b, 'success');
 
   assert.deepEqual(await sweep(pool), summary({ tasks_promoted: 1 }));
-  assert.equal((await tasksOf(pool, job.id)).join!.state, 'queued');
+  assert.equal((await db.tasksOf(job.id)).join!.state, 'queued');
   assert.deepEqual(await sweep(pool), NOTHING);
 });
 
 test('a lost promotion whose producer finished without a declared output fails the child, skips its dependents and settles the job', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('build', { outputs: ['version'] }),
     spec('package', { needs: ['build'] }),
     spec('publish', { needs: ['package'] }),
   ]);
-  const build = await claimNamed(pool, worker, 'build');
+  const build = await db.claimNamed(worker, 'build');
   await outcomeWithoutFollowUp(build, 'success');
 
   assert.deepEqual(
     await sweep(pool),
     summary({ tasks_failed: 1, tasks_skipped: 1, jobs_settled: 1 }),
   );
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.package!.state, 'failed');
   assert.match(tasks.package!.error ?? '', /output "version" of "build"/);
   assert.equal(tasks.package!.attempt, 0, 'it was never claimable');
   assert.equal(tasks.publish!.state, 'skipped');
-  assert.equal(await jobState(pool, job.id), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
 });
 
 test('the sweep leaves a job that still has work alone', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { project, worker, job } = await db.runningJob([
     spec('build'),
     spec('test', { needs: ['build'] }),
     spec('lint'),
   ]);
-  await claimNamed(pool, worker, 'build');
-  const { job: pending } = await createJob(pool, {
-    projectId: project,
+  await db.claimNamed(worker, 'build');
+  const { job: pending } = await db.pendingJob(project, {
     ref: 'refs/heads/compiling',
     sha: sha(7),
-    trigger: 'push',
-    trusted: true,
   });
   const before = await jobSnapshot(job.id);
   const pendingBefore = await jobSnapshot(pending.id);
@@ -301,7 +255,7 @@ test('the sweep leaves a job that still has work alone', async () => {
     pendingBefore,
     'a freshly dispatched compile is left alone',
   );
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.deepEqual(
     [tasks.build!.state, tasks.test!.state, tasks.lint!.state],
     ['running', 'waiting', 'queued'],
@@ -309,45 +263,32 @@ test('the sweep leaves a job that still has work alone', async () => {
 });
 
 test('a runner that stops heartbeating loses its task after the lease; its late heartbeat and completion conflict', async () => {
-  const project = await makeProject(pool);
-  const workerA = await makeWorker(pool);
-  const workerB = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('deploy', { maxAttempts: 3 })]);
-  const a = await claimNamed(pool, workerA, 'deploy', { leaseS: 30 });
+  const project = await db.makeProject();
+  const workerA = await db.makeWorker();
+  const workerB = await db.makeWorker();
+  const job = await db.startedJob(project, [spec('deploy', { maxAttempts: 3 })]);
+  const a = await db.claimNamed(workerA, 'deploy', { leaseS: 30 });
   assert.deepEqual(await sweep(pool), NOTHING, 'a live lease is left alone');
 
   // A's last heartbeat holds the task for one second more; then A goes silent.
   await heartbeat(pool, workerA, a.id, a.lease_id!, { leaseS: 1 });
   await sleep(1_200);
   assert.deepEqual(await sweep(pool), summary({ leases_expired: 1, tasks_requeued: 1 }));
-  let task = (await tasksOf(pool, job.id)).deploy!;
+  let task = (await db.tasksOf(job.id)).deploy!;
   assert.equal(task.state, 'queued');
   assert.equal(task.lease_id, null);
   assert.match(task.error ?? '', /lease expired/);
 
-  const b = await claimNamed(pool, workerB, 'deploy');
+  const b = await db.claimNamed(workerB, 'deploy');
   assert.equal(b.attempt, 2);
   assert.notEqual(b.lease_id, a.lease_id);
 
   await rejectsWithConflict(heartbeat(pool, workerA, a.id, a.lease_id!), "A's late heartbeat");
-  await rejectsWithConflict(
-    completeTask(pool, {
-      workerId: workerA,
-      taskId: a.id,
-      leaseId: a.lease_id!,
-      outcome: 'success',
-    }),
-    "A's late completion",
-  );
-  task = (await tasksOf(pool, job.id)).deploy!;
+  await rejectsWithConflict(db.finish(workerA, a, 'success'), "A's late completion");
+  task = (await db.tasksOf(job.id)).deploy!;
   assert.deepEqual([task.state, task.lease_id, task.worker_id], ['running', b.lease_id, workerB]);
 
-  const done = await completeTask(pool, {
-    workerId: workerB,
-    taskId: b.id,
-    leaseId: b.lease_id!,
-    outcome: 'success',
-  });
+  const done = await db.finish(workerB, b, 'success');
   assert.deepEqual([done.state, done.job_state], ['success', 'success']);
   const attempts = await attemptsOf(a.id);
   assert.deepEqual(
@@ -360,18 +301,16 @@ test('a runner that stops heartbeating loses its task after the lease; its late 
 });
 
 test('lost leases never take a task past its maximum attempts: the task fails, its dependents are skipped and the job fails', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('flaky', { maxAttempts: 2 }),
     spec('after', { needs: ['flaky'] }),
     spec('last', { needs: ['after'] }),
   ]);
-  const first = await claimNamed(pool, worker, 'flaky');
+  const first = await db.claimNamed(worker, 'flaky');
   await expireLease(first.id);
   assert.deepEqual(await sweep(pool), summary({ leases_expired: 1, tasks_requeued: 1 }));
 
-  const second = await claimNamed(pool, worker, 'flaky');
+  const second = await db.claimNamed(worker, 'flaky');
   assert.equal(second.attempt, 2);
   await expireLease(second.id);
   assert.deepEqual(
@@ -379,7 +318,7 @@ test('lost leases never take a task past its maximum attempts: the task fails, i
     summary({ leases_expired: 1, tasks_failed: 1, tasks_skipped: 2, jobs_settled: 1 }),
   );
 
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.flaky!.state, 'failed');
   assert.equal(tasks.flaky!.attempt, 2);
   assert.match(tasks.flaky!.error ?? '', /attempt 2 of 2/);
@@ -393,35 +332,30 @@ test('lost leases never take a task past its maximum attempts: the task fails, i
       [2, 'lost'],
     ],
   );
-  assert.equal(await jobState(pool, job.id), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
   assert.equal(await claimTask(pool, worker, []), null, 'nothing is queued again');
   assert.deepEqual(await sweep(pool), NOTHING);
 });
 
 test('a task running past its timeout fails as timed out and is not retried', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('slow', { timeoutS: 90, maxAttempts: 3 }),
     spec('after', { needs: ['slow'] }),
   ]);
-  const slow = await claimNamed(pool, worker, 'slow');
+  const slow = await db.claimNamed(worker, 'slow');
   // The runner keeps heartbeating (its lease is live) but the script runs on.
-  await pool.query(
-    `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
-    [slow.id],
-  );
+  await overrunTimeout(slow.id);
   assert.deepEqual(
     await sweep(pool),
     summary({ tasks_timed_out: 1, tasks_failed: 1, tasks_skipped: 1, jobs_settled: 1 }),
   );
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.slow!.state, 'failed');
   assert.ok(tasks.slow!.error?.startsWith('timed out after'), tasks.slow!.error ?? '');
   assert.equal(tasks.slow!.error, 'timed out after 1m30s');
   assert.equal(tasks.slow!.attempt, 1, 'not retried');
   assert.equal(tasks.after!.state, 'skipped');
-  assert.equal(await jobState(pool, job.id), 'failed');
+  assert.equal(await db.jobState(job.id), 'failed');
   const [attempt] = await attemptsOf(slow.id);
   assert.deepEqual([attempt!.outcome, attempt!.transient], ['timed_out', false]);
 
@@ -430,61 +364,44 @@ test('a task running past its timeout fails as timed out and is not retried', as
     "the timed-out runner's heartbeat",
   );
   await rejectsWithConflict(
-    completeTask(pool, {
-      workerId: worker,
-      taskId: slow.id,
-      leaseId: slow.lease_id!,
-      outcome: 'success',
-    }),
+    db.finish(worker, slow, 'success'),
     "the timed-out runner's completion",
   );
 });
 
 test('a timed-out task allowed to fail lets its dependent proceed', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('slow', { timeoutS: 90, allowFailure: true }),
     spec('after', { needs: ['slow'] }),
   ]);
-  const slow = await claimNamed(pool, worker, 'slow');
-  await pool.query(
-    `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
-    [slow.id],
-  );
+  const slow = await db.claimNamed(worker, 'slow');
+  await overrunTimeout(slow.id);
   assert.deepEqual(
     await sweep(pool),
     summary({ tasks_timed_out: 1, tasks_failed: 1, tasks_promoted: 1 }),
   );
-  assert.equal((await tasksOf(pool, job.id)).slow!.error, 'timed out after 1m30s');
-  const after = await claimNamed(pool, worker, 'after');
-  const done = await completeTask(pool, {
-    workerId: worker,
-    taskId: after.id,
-    leaseId: after.lease_id!,
-    outcome: 'success',
-  });
+  assert.equal((await db.tasksOf(job.id)).slow!.error, 'timed out after 1m30s');
+  const after = await db.claimNamed(worker, 'after');
+  const done = await db.finish(worker, after, 'success');
   assert.equal(done.job_state, 'success');
 });
 
 test('an expired lease of a task whose job was cancelled records the task cancelled, not queued', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [
+  const { worker, job } = await db.runningJob([
     spec('build', { maxAttempts: 3 }),
     spec('test', { needs: ['build'] }),
   ]);
-  const build = await claimNamed(pool, worker, 'build');
+  const build = await db.claimNamed(worker, 'build');
   const cancelled = await cancelJob(pool, job.id, 'stopped by a person');
   assert.equal(cancelled.state, 'cancelled');
   await expireLease(build.id);
 
   assert.deepEqual(await sweep(pool), summary({ leases_expired: 1 }));
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.build!.state, 'cancelled');
   assert.equal(tasks.build!.attempt, 1);
   assert.equal(tasks.test!.state, 'cancelled');
-  assert.equal(await jobState(pool, job.id), 'cancelled');
+  assert.equal(await db.jobState(job.id), 'cancelled');
   const [attempt] = await attemptsOf(build.id);
   assert.deepEqual([attempt!.outcome, attempt!.result_state], ['lost', 'cancelled']);
   assert.equal(await claimTask(pool, worker, []), null);
@@ -492,9 +409,8 @@ test('an expired lease of a task whose job was cancelled records the task cancel
 });
 
 test('a lost compile is dispatched again, and fails the job after its attempts naming the last reason', async () => {
-  const project = await makeProject(pool);
-  const newJob = (ref: string) =>
-    createJob(pool, { projectId: project, ref, sha: sha(3), trigger: 'push', trusted: true });
+  const project = await db.makeProject();
+  const newJob = (ref: string) => db.pendingJob(project, { ref, sha: sha(3) });
   const { job: lost } = await newJob('refs/heads/lost');
   const { job: fresh } = await newJob('refs/heads/fresh');
   assert.equal(lost.compile_attempts, 1);
@@ -533,57 +449,48 @@ test('a lost compile is dispatched again, and fails the job after its attempts n
   assert.ok(rows[0].finished_at);
   assert.match(rows[0].error, /3 attempts/);
   assert.match(rows[0].error, /the forge answered 502 for \.conductor\.yml/);
-  assert.equal(await jobState(pool, fresh.id), 'pending');
+  assert.equal(await db.jobState(fresh.id), 'pending');
   assert.deepEqual(await sweep(pool, opts), NOTHING);
 });
 
 test('two sweeps running at once repair each broken thing exactly once: leases, timeouts, promotions, settles, compiles', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
+  const project = await db.makeProject();
+  const worker = await db.makeWorker();
   const expiredJobs: string[] = [];
   const stalledJobs: string[] = [];
   const promotionJobs: string[] = [];
   for (let i = 0; i < 20; i++) {
-    const job = await startedJob(pool, project, [spec('t', { maxAttempts: 3 })]);
-    const t = await claimNamed(pool, worker, 't');
+    const job = await db.startedJob(project, [spec('t', { maxAttempts: 3 })]);
+    const t = await db.claimNamed(worker, 't');
     await expireLease(t.id);
     expiredJobs.push(job.id);
   }
   for (let i = 0; i < 10; i++) {
-    const job = await startedJob(pool, project, [spec('last')]);
+    const job = await db.startedJob(project, [spec('last')]);
     await outcomeWithoutFollowUp(
-      await claimNamed(pool, worker, 'last'),
+      await db.claimNamed(worker, 'last'),
       i % 3 === 0 ? 'failed' : 'success',
     );
     stalledJobs.push(job.id);
   }
   for (let i = 0; i < 10; i++) {
-    const job = await startedJob(pool, project, [
+    const job = await db.startedJob(project, [
       spec('parent'),
       spec('child', { needs: ['parent'] }),
     ]);
-    await outcomeWithoutFollowUp(await claimNamed(pool, worker, 'parent'), 'success');
+    await outcomeWithoutFollowUp(await db.claimNamed(worker, 'parent'), 'success');
     promotionJobs.push(job.id);
   }
   const timedOutJobs: string[] = [];
   for (let i = 0; i < 5; i++) {
-    const job = await startedJob(pool, project, [spec('slow', { timeoutS: 90 })]);
-    const slow = await claimNamed(pool, worker, 'slow');
-    await pool.query(
-      `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
-      [slow.id],
-    );
+    const job = await db.startedJob(project, [spec('slow', { timeoutS: 90 })]);
+    const slow = await db.claimNamed(worker, 'slow');
+    await overrunTimeout(slow.id);
     timedOutJobs.push(job.id);
   }
   const lostCompiles: string[] = [];
   for (let i = 0; i < 5; i++) {
-    const { job } = await createJob(pool, {
-      projectId: project,
-      ref: `refs/heads/compile-${i}`,
-      sha: sha(i),
-      trigger: 'push',
-      trusted: true,
-    });
+    const { job } = await db.pendingJob(project, { ref: `refs/heads/compile-${i}`, sha: sha(i) });
     await pool.query(`update jobs set dispatched_at = now() - interval '1 hour' where id = $1`, [
       job.id,
     ]);
@@ -659,28 +566,25 @@ test('two sweeps running at once repair each broken thing exactly once: leases, 
 // counts skips made at promotion. docs/scheduling.md lists `tasks_skipped`
 // among the counts and says the expired-lease repair skips the dependents.
 test('the sweep counts the dependents it skips when it fails a lost or timed-out task', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const lostJob = await startedJob(pool, project, [
+  const project = await db.makeProject();
+  const worker = await db.makeWorker();
+  const lostJob = await db.startedJob(project, [
     spec('flaky', { maxAttempts: 1 }),
     spec('after', { needs: ['flaky'] }),
     spec('last', { needs: ['after'] }),
   ]);
-  const slowJob = await startedJob(pool, project, [
+  const slowJob = await db.startedJob(project, [
     spec('slow', { timeoutS: 90 }),
     spec('after', { needs: ['slow'] }),
   ]);
-  const flaky = await claimNamed(pool, worker, 'flaky');
-  const slow = await claimNamed(pool, worker, 'slow');
+  const flaky = await db.claimNamed(worker, 'flaky');
+  const slow = await db.claimNamed(worker, 'slow');
   await expireLease(flaky.id);
-  await pool.query(
-    `update task_attempts set started_at = now() - interval '2 hours' where task_id = $1`,
-    [slow.id],
-  );
+  await overrunTimeout(slow.id);
 
   const result = await sweep(pool);
-  const lost = await tasksOf(pool, lostJob.id);
-  const timedOut = await tasksOf(pool, slowJob.id);
+  const lost = await db.tasksOf(lostJob.id);
+  const timedOut = await db.tasksOf(slowJob.id);
   assert.deepEqual(
     [lost.after!.state, lost.last!.state, timedOut.after!.state],
     ['skipped', 'skipped', 'skipped'],
@@ -699,9 +603,7 @@ test('the sweep counts the dependents it skips when it fails a lost or timed-out
 });
 
 test('the sweep cancels unfinished tasks left in a finished job and flags running ones', async () => {
-  const project = await makeProject(pool);
-  const worker = await makeWorker(pool);
-  const job = await startedJob(pool, project, [spec('left-queued'), spec('left-running')]);
+  const { worker, job } = await db.runningJob([spec('left-queued'), spec('left-running')]);
   const running = await claimTask(pool, worker, []);
   assert.ok(running);
   // The state a lost race could once leave behind: the job cancelled around
@@ -711,7 +613,7 @@ test('the sweep cancels unfinished tasks left in a finished job and flags runnin
   ]);
   const result = await sweep(pool);
   assert.equal(result.tasks_cancelled, 2);
-  const tasks = await tasksOf(pool, job.id);
+  const tasks = await db.tasksOf(job.id);
   const queued = Object.values(tasks).find((t) => t.id !== running.id)!;
   assert.equal(queued.state, 'cancelled');
   assert.equal(tasks[running.name]!.state, 'running');
@@ -720,27 +622,15 @@ test('the sweep cancels unfinished tasks left in a finished job and flags runnin
 });
 
 test('a repair that fails is counted and the sweep goes on with the rest', async () => {
-  const project = await makeProject(pool);
-  const { job } = await createJob(pool, {
-    projectId: project,
-    ref: 'refs/heads/main',
-    sha: sha(9),
-    trigger: 'push',
-    trusted: true,
-  });
+  const project = await db.makeProject();
+  const { job } = await db.pendingJob(project, { sha: sha(9) });
   await pool.query(`update jobs set dispatched_at = now() - interval '1 hour' where id = $1`, [
     job.id,
   ]);
   // A lock held elsewhere makes the first repair time out.
   const blocker = await pool.connect();
   try {
-    const other = await createJob(pool, {
-      projectId: project,
-      ref: 'refs/heads/other',
-      sha: sha(8),
-      trigger: 'push',
-      trusted: true,
-    });
+    const other = await db.pendingJob(project, { ref: 'refs/heads/other', sha: sha(8) });
     await pool.query(`update jobs set dispatched_at = now() - interval '2 hours' where id = $1`, [
       other.job.id,
     ]);
