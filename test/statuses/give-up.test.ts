@@ -3,26 +3,24 @@
 // given up at once; rate limits and timeouts are retried.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runSweep } from '../../lib/sweeper.ts';
 import { sha } from '../e2e/support.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
-  makeDue,
+  adminCall,
   makeProject,
+  ONE_TASK,
   outbox,
   pipelineFile,
-  push,
+  projectOn,
+  pushSettled,
   runTasks,
   seen,
   seenAnswered,
-  statusesSettled,
+  statusStack,
+  sweepDue,
+  whileDown,
 } from './support.ts';
 
-const fake = await startFakeStatusForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
-
-const ONE_TASK = '  check:\n    script: [make check]\n';
+const { fake, stack } = await statusStack(import.meta.filename);
 
 async function age(jobId: string, hours: number): Promise<void> {
   await stack.context.pool.query(
@@ -33,26 +31,19 @@ async function age(jobId: string, hours: number): Promise<void> {
 }
 
 test('a status still failing 24 h after it was written is given up with its last error; a later state is still posted', async () => {
-  const p = await makeProject(stack, fake, 'github', 'give-up-age');
-  const commit = sha('give-up-age');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  fake.down(500);
-  let jobId: string;
-  try {
-    jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'github', 'give-up-age', ONE_TASK);
+  const jobId = await whileDown(fake, 500, async () => {
+    const { jobId } = await pushSettled(stack, fake, p, commit);
 
     // 23 h old: still retried.
     await age(jobId, 23);
-    await makeDue(stack, jobId);
-    const young = await runSweep(stack.context);
+    const young = await sweepDue(stack, jobId);
     assert.equal(young.statuses_failed, 1);
     assert.equal(young.statuses_given_up, 0);
 
     // Past 24 h: the next failure gives it up.
     await age(jobId, 25);
-    await makeDue(stack, jobId);
-    const old = await runSweep(stack.context);
+    const old = await sweepDue(stack, jobId);
     assert.equal(old.statuses_given_up, 1);
     assert.equal(old.statuses_failed, 0);
     const row = (await outbox(stack, jobId))[1]!;
@@ -63,12 +54,10 @@ test('a status still failing 24 h after it was written is given up with its last
       row.last_error,
       `github answered HTTP 500 for ${fake.url}/repos/${p.repo}/statuses/${commit}`,
     );
-  } finally {
-    fake.up();
-  }
+    return jobId;
+  });
   // Given up is final: the forge being back does not bring it back.
-  await makeDue(stack, jobId);
-  const after = await runSweep(stack.context);
+  const after = await sweepDue(stack, jobId);
   assert.equal(after.statuses_delivered, 0);
   assert.equal(fake.statusesFor(commit).length, 3);
 
@@ -87,10 +76,14 @@ test('a refusal (401, 403, 404, 422) is given up at once, with the answer record
   for (const status of [401, 403, 404, 422]) {
     const commit = sha(`refused-${status}`);
     fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-    fake.down(status);
-    try {
-      const jobId = await push(stack, p, commit, `refs/heads/refused-${status}`);
-      const posts = await statusesSettled(stack, fake, jobId, commit, 1);
+    await whileDown(fake, status, async () => {
+      const { jobId, posts } = await pushSettled(
+        stack,
+        fake,
+        p,
+        commit,
+        `refs/heads/refused-${status}`,
+      );
       assert.equal(posts[0]!.answered, status);
       const row = (await outbox(stack, jobId))[1]!;
       assert.equal(row.result, 'gave_up', `HTTP ${status} is given up at once`);
@@ -99,26 +92,18 @@ test('a refusal (401, 403, 404, 422) is given up at once, with the answer record
         row.last_error,
         `github answered HTTP ${status} for ${fake.url}/repos/${p.repo}/statuses/${commit}`,
       );
-      await makeDue(stack, jobId);
-      assert.equal((await runSweep(stack.context)).statuses_delivered, 0);
+      assert.equal((await sweepDue(stack, jobId)).statuses_delivered, 0);
       assert.equal(fake.statusesFor(commit).length, 1, 'never tried again');
-    } finally {
-      fake.up();
-    }
+    });
   }
 });
 
 test('a refusal met by the sweep is counted as given up, not failed', async () => {
-  const p = await makeProject(stack, fake, 'gitea', 'refused-later');
-  const commit = sha('refused-later');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  fake.down(500);
-  try {
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'gitea', 'refused-later', ONE_TASK);
+  await whileDown(fake, 500, async () => {
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     fake.down(404);
-    await makeDue(stack, jobId);
-    const summary = await runSweep(stack.context);
+    const summary = await sweepDue(stack, jobId);
     assert.equal(summary.statuses_given_up, 1);
     assert.equal(summary.statuses_failed, 0);
     const row = (await outbox(stack, jobId))[1]!;
@@ -127,66 +112,48 @@ test('a refusal met by the sweep is counted as given up, not failed', async () =
       row.last_error,
       `gitea answered HTTP 404 for ${fake.url}/api/v1/repos/${p.repo}/statuses/${commit}`,
     );
-  } finally {
-    fake.up();
-  }
+  });
 });
 
 test('rate limits and timeouts (429, 408, 403 with x-ratelimit-remaining: 0) are retried, then posted', async () => {
-  const p = await makeProject(stack, fake, 'github', 'rate-limited');
-  const commit = sha('rate-limited');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  fake.down(429, { headers: { 'retry-after': '1' } });
-  try {
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
-    assert.equal((await outbox(stack, jobId))[1]!.result, null, '429 is retried');
+  const { p, commit } = await projectOn(stack, fake, 'github', 'rate-limited', ONE_TASK);
+  await whileDown(
+    fake,
+    429,
+    async () => {
+      const { jobId } = await pushSettled(stack, fake, p, commit);
+      assert.equal((await outbox(stack, jobId))[1]!.result, null, '429 is retried');
 
-    fake.down(408);
-    await makeDue(stack, jobId);
-    assert.equal((await runSweep(stack.context)).statuses_failed, 1, '408 is retried');
+      fake.down(408);
+      assert.equal((await sweepDue(stack, jobId)).statuses_failed, 1, '408 is retried');
 
-    fake.down(403, { headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '1' } });
-    await makeDue(stack, jobId);
-    const limited = await runSweep(stack.context);
-    assert.equal(limited.statuses_failed, 1, 'a 403 for an exhausted rate limit is retried');
-    assert.equal(limited.statuses_given_up, 0);
+      fake.down(403, { headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': '1' } });
+      const limited = await sweepDue(stack, jobId);
+      assert.equal(limited.statuses_failed, 1, 'a 403 for an exhausted rate limit is retried');
+      assert.equal(limited.statuses_given_up, 0);
 
-    fake.up();
-    await makeDue(stack, jobId);
-    assert.equal((await runSweep(stack.context)).statuses_delivered, 1);
-    assert.deepEqual(seenAnswered(fake.statusesFor(commit)), [
-      'pending: running 1 task -> 429',
-      'pending: running 1 task -> 408',
-      'pending: running 1 task -> 403',
-      'pending: running 1 task -> 201',
-    ]);
-  } finally {
-    fake.up();
-  }
+      fake.up();
+      assert.equal((await sweepDue(stack, jobId)).statuses_delivered, 1);
+      assert.deepEqual(seenAnswered(fake.statusesFor(commit)), [
+        'pending: running 1 task -> 429',
+        'pending: running 1 task -> 408',
+        'pending: running 1 task -> 403',
+        'pending: running 1 task -> 201',
+      ]);
+    },
+    { headers: { 'retry-after': '1' } },
+  );
 });
 
 test('a status written before the project lost its forge token is given up, and nothing more is recorded', async () => {
-  const p = await makeProject(stack, fake, 'github', 'token-removed');
-  const commit = sha('token-removed');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  fake.down(500);
-  let jobId: string;
-  try {
-    jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
-  } finally {
-    fake.up();
-  }
-  const patched = await stack.call('PATCH', `/v1/projects/${p.id}`, {
-    token: stack.adminToken,
-    body: { forge_token: null },
+  const { p, commit } = await projectOn(stack, fake, 'github', 'token-removed', ONE_TASK);
+  const { jobId } = await whileDown(fake, 500, () => pushSettled(stack, fake, p, commit));
+  const patched = await adminCall(stack, 'PATCH', `/v1/projects/${p.id}`, 200, {
+    forge_token: null,
   });
-  assert.equal(patched.status, 200, patched.text);
   assert.equal(patched.body.project.commit_statuses, 'off: the project has no forge token');
 
-  await makeDue(stack, jobId);
-  const summary = await runSweep(stack.context);
+  const summary = await sweepDue(stack, jobId);
   assert.equal(summary.statuses_given_up, 1);
   const rows = await outbox(stack, jobId);
   assert.equal(rows[1]!.result, 'gave_up');

@@ -6,41 +6,28 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { deliverJobStatus, deliverStatuses, statusOptions } from '../../lib/statuses.ts';
 import { runSweep } from '../../lib/sweeper.ts';
-import { sha } from '../e2e/support.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
   makeDue,
-  makeProject,
+  ONE_TASK,
   outbox,
   outboxIdle,
-  pipelineFile,
-  push,
+  projectOn,
+  pushSettled,
   runTasks,
   seen,
   seenAnswered,
-  statusesSettled,
+  statusStack,
   waitUntil,
+  whileDown,
 } from './support.ts';
 
-const fake = await startFakeStatusForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
-
-const ONE_TASK = '  check:\n    script: [make check]\n';
+const { fake, stack } = await statusStack(import.meta.filename);
 
 /** A job whose start failed to post: one due row, nothing else open. */
 async function jobWithUndelivered(id: string) {
-  const p = await makeProject(stack, fake, 'github', id);
-  const commit = sha(id);
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  fake.down(500);
-  try {
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
-    return { p, commit, jobId };
-  } finally {
-    fake.up();
-  }
+  const { p, commit } = await projectOn(stack, fake, 'github', id, ONE_TASK);
+  const { jobId } = await whileDown(fake, 500, () => pushSettled(stack, fake, p, commit));
+  return { p, commit, jobId };
 }
 
 test('ten sweeps and deliveries at once, one of them in flight at the forge while the others run, post the status exactly once', async () => {
@@ -89,11 +76,8 @@ test('ten sweeps and deliveries at once, one of them in flight at the forge whil
 });
 
 test('a state change delivered by its own route and by concurrent sweeps reaches the forge once', async () => {
-  const p = await makeProject(stack, fake, 'github', 'settle-race');
-  const commit = sha('settle-race');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  const jobId = await push(stack, p, commit);
-  await statusesSettled(stack, fake, jobId, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'github', 'settle-race', ONE_TASK);
+  const { jobId } = await pushSettled(stack, fake, p, commit);
 
   const sweeps = Promise.all(Array.from({ length: 5 }, () => runSweep(stack.context)));
   const [states] = await Promise.all([runTasks(stack, p), sweeps]);

@@ -8,30 +8,27 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
-import { runSweep } from '../../lib/sweeper.ts';
 import { sha, waitForJob } from '../e2e/support.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
+  adminCall,
   makeProject,
+  ONE_TASK,
   outbox,
   pipelineFile,
   push,
   runTasks,
   type StatusProject,
+  statusStack,
+  sweepAllDue,
 } from './support.ts';
 
-const fake = await startFakeStatusForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
+const { fake, stack } = await statusStack(import.meta.filename);
 
-const ONE_TASK = '  check:\n    script: [make check]\n';
 const NO_TOKEN = 'off: the project has no forge token';
 const LOCAL = 'off: the repository is not on a forge (a local path)';
 
 async function projectView(id: string) {
-  const res = await stack.call('GET', `/v1/projects/${id}`, { token: stack.adminToken });
-  assert.equal(res.status, 200, res.text);
-  return res.body.project;
+  return (await adminCall(stack, 'GET', `/v1/projects/${id}`, 200)).body.project;
 }
 
 /** Runs a job for `commit` to success; answers its id once the sweep has run. */
@@ -40,10 +37,7 @@ async function runToSuccess(p: StatusProject, commit: string): Promise<string> {
   const view = await waitForJob(stack, jobId);
   assert.equal(view.job.state, 'running', JSON.stringify(view.job));
   assert.equal((await runTasks(stack, p)).at(-1), 'success');
-  await stack.context.pool.query(
-    `update status_outbox set next_attempt_at = now() - interval '1 second' where result is null`,
-  );
-  await runSweep(stack.context);
+  await sweepAllDue(stack);
   return jobId;
 }
 
@@ -70,18 +64,12 @@ for (const forge of ['github', 'gitea'] as const) {
 
 test('adding a forge token turns statuses on in the view; removing it turns them off', async () => {
   const p = await makeProject(stack, fake, 'github', 'toggle', { forgeToken: null });
-  const on = await stack.call('PATCH', `/v1/projects/${p.id}`, {
-    token: stack.adminToken,
-    body: { forge_token: 'ghp_toggled' },
+  const on = await adminCall(stack, 'PATCH', `/v1/projects/${p.id}`, 200, {
+    forge_token: 'ghp_toggled',
   });
-  assert.equal(on.status, 200, on.text);
   assert.equal(on.body.project.commit_statuses, 'on');
   assert.equal((await projectView(p.id)).commit_statuses, 'on');
-  const off = await stack.call('PATCH', `/v1/projects/${p.id}`, {
-    token: stack.adminToken,
-    body: { forge_token: null },
-  });
-  assert.equal(off.status, 200, off.text);
+  const off = await adminCall(stack, 'PATCH', `/v1/projects/${p.id}`, 200, { forge_token: null });
   assert.equal(off.body.project.commit_statuses, NO_TOKEN);
 });
 

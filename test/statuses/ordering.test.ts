@@ -4,37 +4,26 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/sweeper.ts';
-import { sha } from '../e2e/support.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
-  makeProject,
+  adminCall,
+  ONE_TASK,
   outboxIdle,
-  pipelineFile,
+  projectOn,
   push,
+  pushSettled,
   runTasks,
   seen,
   seenAnswered,
   statusesSettled,
+  statusStack,
+  sweepAllDue,
+  whileDown,
 } from './support.ts';
 
-const fake = await startFakeStatusForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
-
-const ONE_TASK = '  check:\n    script: [make check]\n';
-
-/** Runs every due row of every job, as sweeps do once backoffs have passed. */
-async function sweepEverythingDue(): Promise<void> {
-  await stack.context.pool.query(
-    `update status_outbox set next_attempt_at = now() - interval '1 second' where result is null`,
-  );
-  await runSweep(stack.context);
-}
+const { fake, stack } = await statusStack(import.meta.filename);
 
 test('a post still in flight when the job finishes lands first; the final state follows it from the sweep', async () => {
-  const p = await makeProject(stack, fake, 'github', 'in-flight');
-  const commit = sha('in-flight');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
+  const { p, commit } = await projectOn(stack, fake, 'github', 'in-flight', ONE_TASK);
   fake.hold();
   let jobId: string;
   try {
@@ -62,20 +51,16 @@ test('a post still in flight when the job finishes lands first; the final state 
 // ran. They are now ordered per commit: the new job's newer row supersedes the
 // cancel, and the forge never shows the old job's end over the new job.
 test('a manual run of the same commit replaces the running job on the commit, and its cancel never lands after', async () => {
-  const p = await makeProject(stack, fake, 'github', 'manual-same-sha');
-  const commit = sha('manual-same-sha');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK, 'ci'));
-  const first = await push(stack, p, commit);
-  await statusesSettled(stack, fake, first, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'github', 'manual-same-sha', ONE_TASK, 'ci');
+  await pushSettled(stack, fake, p, commit);
 
-  const manual = await stack.call('POST', `/v1/projects/${p.id}/jobs`, {
-    token: stack.adminToken,
-    body: { ref: 'main', sha: commit },
+  const manual = await adminCall(stack, 'POST', `/v1/projects/${p.id}/jobs`, 202, {
+    ref: 'main',
+    sha: commit,
   });
-  assert.equal(manual.status, 202, manual.text);
   const second: string = manual.body.job_id;
   await statusesSettled(stack, fake, second, commit, 2);
-  await sweepEverythingDue();
+  await sweepAllDue(stack);
 
   assert.deepEqual(seen(fake.acceptedFor(commit)), [
     'pending: running 1 task',
@@ -88,27 +73,17 @@ test('a failure held up by an outage never overwrites the successful rerun of th
   // status per commit and context, which a job and its rerun share. The first
   // job's `failure`, still backing off from the outage, was posted after the
   // rerun's `success`, and the commit ended up red although the rerun passed.
-  const p = await makeProject(stack, fake, 'github', 'rerun-late');
-  const commit = sha('rerun-late');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK, 'ci'));
-  const first = await push(stack, p, commit);
-  await statusesSettled(stack, fake, first, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'github', 'rerun-late', ONE_TASK, 'ci');
+  const { jobId: first } = await pushSettled(stack, fake, p, commit);
 
-  fake.down(500);
-  try {
+  await whileDown(fake, 500, async () => {
     assert.deepEqual(await runTasks(stack, p, { check: 'failed' }), ['failed']);
-  } finally {
-    fake.up();
-  }
+  });
   await outboxIdle(stack, first);
 
-  const rerun = await stack.call('POST', `/v1/jobs/${first}/rerun`, {
-    token: stack.adminToken,
-    body: {},
-  });
-  assert.equal(rerun.status, 202, rerun.text);
+  await adminCall(stack, 'POST', `/v1/jobs/${first}/rerun`, 202, {});
   assert.equal((await runTasks(stack, p)).at(-1), 'success');
-  await sweepEverythingDue();
+  await sweepAllDue(stack);
 
   const accepted = fake.acceptedFor(commit);
   assert.ok(
@@ -120,17 +95,10 @@ test('a failure held up by an outage never overwrites the successful rerun of th
 
 test('a rerun of a one-task job says "running 1 task (a rerun)"', async () => {
   // Guards a past bug: the rerun's status said "running 1 tasks".
-  const p = await makeProject(stack, fake, 'gitea', 'rerun-plural');
-  const commit = sha('rerun-plural');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, ONE_TASK));
-  const first = await push(stack, p, commit);
-  await statusesSettled(stack, fake, first, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'gitea', 'rerun-plural', ONE_TASK);
+  const { jobId: first } = await pushSettled(stack, fake, p, commit);
   await runTasks(stack, p, { check: 'failed' });
-  const rerun = await stack.call('POST', `/v1/jobs/${first}/rerun`, {
-    token: stack.adminToken,
-    body: { failed_only: true },
-  });
-  assert.equal(rerun.status, 202, rerun.text);
+  await adminCall(stack, 'POST', `/v1/jobs/${first}/rerun`, 202, { failed_only: true });
   assert.deepEqual(seen(fake.statusesFor(commit)), [
     'pending: running 1 task',
     'failure: 0 passed, 1 failed',

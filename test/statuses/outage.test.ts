@@ -7,31 +7,27 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/sweeper.ts';
 import { sha } from '../e2e/support.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
-  makeDue,
+  adminCall,
+  compileFailed,
   makeProject,
   outbox,
   outboxIdle,
-  pipelineFile,
+  projectOn,
   push,
+  pushSettled,
   runTasks,
   seen,
   seenAnswered,
   statusesSettled,
-  waitUntil,
+  statusStack,
+  sweepAllDue,
+  sweepDue,
+  TWO_TASKS,
+  whileDown,
 } from './support.ts';
 
-const fake = await startFakeStatusForge();
-const stack = await testStack(import.meta.filename, { CONDUCTOR_GITHUB_API_URL: fake.url });
-
-const TWO_TASKS = `  build:
-    script: [make]
-  test:
-    needs: [build]
-    script: [make test]
-`;
+const { fake, stack } = await statusStack(import.meta.filename);
 
 /** Ranks a post in a job's life: the start, then the end. */
 function rank(description: string, state: string): number {
@@ -47,13 +43,9 @@ function neverBackwards(posts: { body: { state: string; description: string } }[
 }
 
 test('with the forge answering 500, the start and the end of a job fail; once it is back the sweep posts only the final success, once', async () => {
-  const p = await makeProject(stack, fake, 'github', 'down-500');
-  const commit = sha('down-500');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
-  fake.down(500);
-  try {
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'github', 'down-500', TWO_TASKS);
+  await whileDown(fake, 500, async () => {
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     let rows = await outbox(stack, jobId);
     const running = rows[1]!;
     assert.equal(running.description, 'running 2 tasks');
@@ -71,8 +63,7 @@ test('with the forge answering 500, the start and the end of a job fail; once it
     assert.equal(fake.statusesFor(commit).length, 1);
 
     // Due: the sweep tries again and counts the failure.
-    await makeDue(stack, jobId);
-    const retried = await runSweep(stack.context);
+    const retried = await sweepDue(stack, jobId);
     assert.equal(retried.statuses_failed, 1);
     assert.equal(retried.statuses_delivered, 0);
     rows = await outbox(stack, jobId);
@@ -95,8 +86,7 @@ test('with the forge answering 500, the start and the end of a job fail; once it
     fake.up();
     const notYet = await runSweep(stack.context);
     assert.equal(notYet.statuses_delivered, 0, 'the backoff is honoured after the forge is back');
-    await makeDue(stack, jobId);
-    const back = await runSweep(stack.context);
+    const back = await sweepDue(stack, jobId);
     assert.equal(back.statuses_delivered, 1);
     assert.equal(back.statuses_failed, 0);
 
@@ -112,18 +102,13 @@ test('with the forge answering 500, the start and the end of a job fail; once it
     assert.equal((await outbox(stack, jobId)).at(-1)!.result, 'delivered');
 
     // Nothing is left: more sweeps post nothing.
-    await makeDue(stack, jobId);
-    await runSweep(stack.context);
+    await sweepDue(stack, jobId);
     assert.equal(fake.statusesFor(commit).length, 4);
-  } finally {
-    fake.up();
-  }
+  });
 });
 
 test('two state changes while the forge is down and the first post still in flight: the sweep supersedes the older and posts only the final one', async () => {
-  const p = await makeProject(stack, fake, 'github', 'down-held');
-  const commit = sha('down-held');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS, 'api'));
+  const { p, commit } = await projectOn(stack, fake, 'github', 'down-held', TWO_TASKS, 'api');
   fake.down(500);
   fake.hold();
   try {
@@ -155,8 +140,7 @@ test('two state changes while the forge is down and the first post still in flig
     assert.equal(down.statuses_delivered, 0);
 
     fake.up();
-    await makeDue(stack, jobId);
-    const back = await runSweep(stack.context);
+    const back = await sweepDue(stack, jobId);
     assert.equal(back.statuses_delivered, 1);
     assert.equal(back.statuses_superseded, 0);
 
@@ -178,13 +162,9 @@ test('two state changes while the forge is down and the first post still in flig
 });
 
 test('on Gitea with dropped connections, a cancel while down is kept and posted alone once the forge is back', async () => {
-  const p = await makeProject(stack, fake, 'gitea', 'down-reset');
-  const commit = sha('down-reset');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
-  fake.down('reset');
-  try {
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'gitea', 'down-reset', TWO_TASKS);
+  await whileDown(fake, 'reset', async () => {
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     const failed = (await outbox(stack, jobId))[1]!;
     assert.equal(failed.result, null);
     assert.match(
@@ -193,45 +173,33 @@ test('on Gitea with dropped connections, a cancel while down is kept and posted 
       'the network error is recorded with the URL and its cause',
     );
 
-    const cancel = await stack.call('POST', `/v1/jobs/${jobId}/cancel`, {
-      token: stack.adminToken,
-    });
-    assert.equal(cancel.status, 200, cancel.text);
+    await adminCall(stack, 'POST', `/v1/jobs/${jobId}/cancel`, 200);
     await outboxIdle(stack, jobId);
     assert.deepEqual(seenAnswered(fake.statusesFor(commit)), [
       'pending: running 2 tasks -> reset',
       'error: cancelled: cancelled through the API -> reset',
     ]);
 
-    await makeDue(stack, jobId);
-    const still = await runSweep(stack.context);
+    const still = await sweepDue(stack, jobId);
     assert.equal(still.statuses_failed, 1);
 
     fake.up();
-    await makeDue(stack, jobId);
-    const back = await runSweep(stack.context);
+    const back = await sweepDue(stack, jobId);
     assert.equal(back.statuses_delivered, 1);
     const accepted = fake.acceptedFor(commit);
     assert.deepEqual(seen(accepted), ['error: cancelled: cancelled through the API']);
     assert.equal(accepted[0]!.path, `/api/v1/repos/${p.repo}/statuses/${commit}`);
     assert.equal(accepted[0]!.authorization, `token ${p.forgeToken}`);
-  } finally {
-    fake.up();
-  }
+  });
 });
 
 test('the retry backoff doubles from 5 s and stops growing at 10 minutes', async () => {
-  const p = await makeProject(stack, fake, 'github', 'backoff');
-  const commit = sha('backoff');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
-  fake.down(503);
-  try {
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+  const { p, commit } = await projectOn(stack, fake, 'github', 'backoff', TWO_TASKS);
+  await whileDown(fake, 503, async () => {
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     const waits: number[] = [(await outbox(stack, jobId))[1]!.next_in_s];
     for (let i = 0; i < 3; i++) {
-      await makeDue(stack, jobId);
-      assert.equal((await runSweep(stack.context)).statuses_failed, 1);
+      assert.equal((await sweepDue(stack, jobId)).statuses_failed, 1);
       waits.push((await outbox(stack, jobId))[1]!.next_in_s);
     }
     // Each wait is measured a moment after it was set: a little under the step.
@@ -243,50 +211,37 @@ test('the retry backoff doubles from 5 s and stops growing at 10 minutes', async
       'update status_outbox set attempts = 15 where job_id = $1 and result is null',
       [jobId],
     );
-    await makeDue(stack, jobId);
-    assert.equal((await runSweep(stack.context)).statuses_failed, 1);
+    assert.equal((await sweepDue(stack, jobId)).statuses_failed, 1);
     const capped = (await outbox(stack, jobId))[1]!;
     assert.equal(capped.attempts, 16);
     assert.ok(capped.next_in_s > 598 && capped.next_in_s <= 600, `capped: ${capped.next_in_s} s`);
-  } finally {
-    fake.up();
-  }
-  const jobs = await stack.context.pool.query<{ job_id: string }>(
-    `select job_id from status_outbox where result is null`,
-  );
-  for (const { job_id } of jobs.rows) await makeDue(stack, job_id);
-  await runSweep(stack.context);
+  });
+  await sweepAllDue(stack);
   assert.deepEqual(seen(fake.acceptedFor(commit)), ['pending: running 2 tasks']);
 });
 
 test('a compile that cannot read the pipeline leaves the creation status, which is posted once due; the start follows when the forge is back', async () => {
-  const p = await makeProject(stack, fake, 'github', 'slow-compile');
-  const commit = sha('slow-compile');
-  fake.setFile(p.repo, commit, pipelineFile(p.label, '  only:\n    script: [make]\n'));
+  const only = '  only:\n    script: [make]\n';
+  const { p, commit } = await projectOn(stack, fake, 'github', 'slow-compile', only);
   // Everything down: the pipeline file cannot be read either.
-  fake.down(502, { files: true });
-  let jobId: string;
-  try {
-    jobId = await push(stack, p, commit);
-    await waitUntil('the compile noted the forge error', async () => {
-      const { rows } = await stack.context.pool.query<{ error: string | null }>(
-        'select error from jobs where id = $1',
-        [jobId],
-      );
-      return rows[0]?.error != null;
-    });
-    const [creation] = await outboxIdle(stack, jobId);
-    assert.equal(creation!.description, 'waiting for the pipeline to be read');
-    assert.equal(creation!.attempts, 0, 'held back: nothing was posted yet');
-    assert.ok(creation!.next_in_s > 0 && creation!.next_in_s <= 5);
-  } finally {
-    fake.up();
-  }
+  const jobId = await whileDown(
+    fake,
+    502,
+    async () => {
+      const jobId = await push(stack, p, commit);
+      await compileFailed(stack, jobId);
+      const [creation] = await outboxIdle(stack, jobId);
+      assert.equal(creation!.description, 'waiting for the pipeline to be read');
+      assert.equal(creation!.attempts, 0, 'held back: nothing was posted yet');
+      assert.ok(creation!.next_in_s > 0 && creation!.next_in_s <= 5);
+      return jobId;
+    },
+    { files: true },
+  );
   assert.equal(fake.statusesFor(commit).length, 0);
 
   // Its 5 s pass with the job still pending: the sweep posts it.
-  await makeDue(stack, jobId);
-  const posted = await runSweep(stack.context);
+  const posted = await sweepDue(stack, jobId);
   assert.equal(posted.statuses_delivered, 1);
   assert.deepEqual(seen(fake.statusesFor(commit)), [
     'pending: waiting for the pipeline to be read',
@@ -319,13 +274,7 @@ test('a job whose pipeline still cannot be read after its last compile attempt i
   fake.files.down(500);
   try {
     const jobId = await push(stack, p, commit);
-    await waitUntil('the compile noted the forge error', async () => {
-      const { rows } = await stack.context.pool.query<{ error: string | null }>(
-        'select error from jobs where id = $1',
-        [jobId],
-      );
-      return rows[0]?.error != null;
-    });
+    await compileFailed(stack, jobId);
     await stack.context.pool.query(
       `update jobs set compile_attempts = 5, dispatched_at = now() - interval '1 hour'
         where id = $1`,

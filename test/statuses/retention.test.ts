@@ -8,21 +8,20 @@ import { test } from 'node:test';
 import { purgeExpired } from '../../lib/scheduler/index.ts';
 import { runSweep } from '../../lib/sweeper.ts';
 import { claimTask, complete, sha, uploadLog, waitForJob } from '../e2e/support.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
-import { testStack } from '../helpers/stack.ts';
 import {
+  adminCall,
+  compileFailed,
   makeProject,
   outboxIdle,
   pipelineFile,
   push,
   runTasks,
   type StatusProject,
-  waitUntil,
+  statusStack,
+  whileDown,
 } from './support.ts';
 
-const fake = await startFakeStatusForge();
-const stack = await testStack(import.meta.filename, {
-  CONDUCTOR_GITHUB_API_URL: fake.url,
+const { fake, stack } = await statusStack(import.meta.filename, {
   // runSweep reads these; the purgeExpired tests pass their own.
   CONDUCTOR_RETENTION_LOG_DAYS: '10',
   CONDUCTOR_RETENTION_JOB_DAYS: '20',
@@ -82,6 +81,13 @@ async function backdate(jobId: string, days: number): Promise<void> {
   );
 }
 
+/** A finished job (see makeJob) moved `days` into the past (see backdate). */
+async function makeOldJob(name: string, chunks: number, days: number): Promise<Made> {
+  const made = await makeJob(name, chunks);
+  await backdate(made.jobId, days);
+  return made;
+}
+
 async function count(sql: string, params: unknown[] = []): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(sql, params);
   return rows[0]!.n;
@@ -95,6 +101,24 @@ const chunksOf = (jobId: string) =>
   );
 const totalChunks = () => count('select count(*)::int as n from log_chunks');
 const totalJobs = () => count('select count(*)::int as n from jobs');
+
+/**
+ * Runs `purge` and checks that the counts it answers are exactly the log
+ * chunks and jobs that went; answers its result.
+ */
+async function purgeCounted<T extends { log_chunks_purged: number; jobs_purged: number }>(
+  purge: () => Promise<T>,
+): Promise<T> {
+  const chunksBefore = await totalChunks();
+  const jobsBefore = await totalJobs();
+  const result = await purge();
+  assert.equal(chunksBefore - (await totalChunks()), result.log_chunks_purged);
+  assert.equal(jobsBefore - (await totalJobs()), result.jobs_purged);
+  return result;
+}
+
+/** What `remains` finds of a job that was purged whole. */
+const GONE = { jobs: 0, tasks: 0, attempts: 0, chunks: 0, statuses: 0 };
 
 /** What is left of a job in every table that holds a part of it. */
 async function remains(jobId: string) {
@@ -122,17 +146,17 @@ const recent = await makeJob('recent', 3);
 const runningOld = await makeJob('running-old', 3, true);
 await backdate(runningOld.jobId, 400);
 
-let pendingOld: string;
-fake.down(500, { files: true });
-try {
-  pendingOld = await push(stack, p, sha('retention-pending-old'), 'refs/heads/pending-old');
-  await waitUntil('the compile of the pending job gave up for now', async () => {
-    const { rows } = await pool.query('select error from jobs where id = $1', [pendingOld]);
-    return rows[0]?.error != null;
-  });
-} finally {
-  fake.up();
-}
+// The compile of the pending job gave up for now.
+const pendingOld = await whileDown(
+  fake,
+  500,
+  async () => {
+    const jobId = await push(stack, p, sha('retention-pending-old'), 'refs/heads/pending-old');
+    await compileFailed(stack, jobId);
+    return jobId;
+  },
+  { files: true },
+);
 await backdate(pendingOld, 400);
 
 async function untouched(): Promise<void> {
@@ -152,49 +176,28 @@ async function untouched(): Promise<void> {
 test('purgeExpired deletes the logs of jobs past logDays and the jobs past jobDays with everything of theirs, never recent or unfinished jobs, and counts what went', async () => {
   const old1 = await makeJob('old-1', 3);
   // A recent rerun of a job about to expire outlives it.
-  const rerun = await stack.call('POST', `/v1/jobs/${old1.jobId}/rerun`, {
-    token: stack.adminToken,
-    body: {},
-  });
-  assert.equal(rerun.status, 202, rerun.text);
+  const rerun = await adminCall(stack, 'POST', `/v1/jobs/${old1.jobId}/rerun`, 202, {});
   await runTasks(stack, p);
-  const old2 = await makeJob('old-2', 3);
-  const mid = await makeJob('mid', 3);
-  const edge = await makeJob('edge', 3);
   await backdate(old1.jobId, 400);
-  await backdate(old2.jobId, 300);
-  await backdate(mid.jobId, 60);
-  await backdate(edge.jobId, 29);
+  const old2 = await makeOldJob('old-2', 3, 300);
+  const mid = await makeOldJob('mid', 3, 60);
+  const edge = await makeOldJob('edge', 3, 29);
   assert.ok((await remains(old1.jobId)).statuses > 0, 'the old job has outbox rows to lose');
 
-  const chunksBefore = await totalChunks();
-  const jobsBefore = await totalJobs();
-  const purged = await purgeExpired(pool, { logDays: 30, jobDays: 180 });
+  const purged = await purgeCounted(() => purgeExpired(pool, { logDays: 30, jobDays: 180 }));
   assert.deepEqual(purged, { log_chunks_purged: 9, jobs_purged: 2 });
-  assert.equal(chunksBefore - (await totalChunks()), purged.log_chunks_purged);
-  assert.equal(jobsBefore - (await totalJobs()), purged.jobs_purged);
 
-  for (const gone of [old1, old2]) {
-    assert.deepEqual(await remains(gone.jobId), {
-      jobs: 0,
-      tasks: 0,
-      attempts: 0,
-      chunks: 0,
-      statuses: 0,
-    });
-  }
+  for (const gone of [old1, old2]) assert.deepEqual(await remains(gone.jobId), GONE);
   const { rows } = await pool.query('select rerun_of from jobs where id = $1', [rerun.body.job_id]);
   assert.deepEqual(rows, [{ rerun_of: null }]);
 
   // Past logDays only: the job, its task and outcome stay; its log is empty.
   const kept = await remains(mid.jobId);
   assert.deepEqual(kept, { jobs: 1, tasks: 1, attempts: 1, chunks: 0, statuses: kept.statuses });
-  const view = await stack.call('GET', `/v1/jobs/${mid.jobId}`, { token: stack.adminToken });
-  assert.equal(view.status, 200, view.text);
+  const view = await adminCall(stack, 'GET', `/v1/jobs/${mid.jobId}`, 200);
   assert.equal(view.body.job.state, 'success');
   assert.equal(view.body.tasks[0].state, 'success');
-  const log = await stack.call('GET', `/v1/tasks/${mid.taskId}/log`, { token: stack.adminToken });
-  assert.equal(log.status, 200, log.text);
+  const log = await adminCall(stack, 'GET', `/v1/tasks/${mid.taskId}/log`, 200);
   assert.equal(log.text, '');
 
   assert.equal(await chunksOf(edge.jobId), 3, 'a job 29 days old keeps its logs');
@@ -208,13 +211,11 @@ test('purgeExpired deletes the logs of jobs past logDays and the jobs past jobDa
 
 test('with a small batch and one batch per call, each call purges a bounded amount and later calls the rest', async () => {
   const old = [
-    await makeJob('b-old-1', 2),
-    await makeJob('b-old-2', 2),
-    await makeJob('b-old-3', 2),
+    await makeOldJob('b-old-1', 2, 500),
+    await makeOldJob('b-old-2', 2, 490),
+    await makeOldJob('b-old-3', 2, 480),
   ];
-  const mid = [await makeJob('b-mid-1', 2), await makeJob('b-mid-2', 2)];
-  for (const [i, job] of old.entries()) await backdate(job.jobId, 500 - i * 10);
-  for (const job of mid) await backdate(job.jobId, 100);
+  const mid = [await makeOldJob('b-mid-1', 2, 100), await makeOldJob('b-mid-2', 2, 100)];
   const due = [...old, ...mid];
   const dueChunks = async () => {
     let n = 0;
@@ -270,12 +271,9 @@ test('with a small batch and one batch per call, each call purges a bounded amou
 });
 
 test('runSweep purges with CONDUCTOR_RETENTION_LOG_DAYS and _JOB_DAYS and reports log_chunks_purged and jobs_purged', async () => {
-  const logsOnly = await makeJob('s-15-days', 2);
-  const whole = await makeJob('s-25-days', 2);
-  const fresh = await makeJob('s-5-days', 2);
-  await backdate(logsOnly.jobId, 15);
-  await backdate(whole.jobId, 25);
-  await backdate(fresh.jobId, 5);
+  const logsOnly = await makeOldJob('s-15-days', 2, 15);
+  const whole = await makeOldJob('s-25-days', 2, 25);
+  const fresh = await makeOldJob('s-5-days', 2, 5);
 
   // What is due under 10 and 20 days, whatever earlier tests left.
   const expectChunks = await count(
@@ -286,22 +284,12 @@ test('runSweep purges with CONDUCTOR_RETENTION_LOG_DAYS and _JOB_DAYS and report
     `select count(*)::int as n from jobs where finished_at < now() - interval '20 days'`,
   );
   assert.ok(expectChunks >= 4 && expectJobs >= 1);
-  const chunksBefore = await totalChunks();
-  const jobsBefore = await totalJobs();
 
-  const summary = await runSweep(stack.context);
+  const summary = await purgeCounted(() => runSweep(stack.context));
   assert.equal(summary.log_chunks_purged, expectChunks);
   assert.equal(summary.jobs_purged, expectJobs);
-  assert.equal(chunksBefore - (await totalChunks()), summary.log_chunks_purged);
-  assert.equal(jobsBefore - (await totalJobs()), summary.jobs_purged);
 
-  assert.deepEqual(await remains(whole.jobId), {
-    jobs: 0,
-    tasks: 0,
-    attempts: 0,
-    chunks: 0,
-    statuses: 0,
-  });
+  assert.deepEqual(await remains(whole.jobId), GONE);
   const left = await remains(logsOnly.jobId);
   assert.equal(left.jobs, 1);
   assert.equal(left.chunks, 0);

@@ -15,18 +15,23 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/sweeper.ts';
 import { claimTask, complete, type Forge, sha } from '../e2e/support.ts';
-import type { FakeStatusForge } from '../helpers/fake-status-forge.ts';
+import type { FakeStatusForge, StatusPost } from '../helpers/fake-status-forge.ts';
 import type { TestStack } from '../helpers/stack.ts';
 import {
+  adminCall,
   assertPost,
   makeProject,
   outbox,
   outboxIdle,
   pipelineFile,
+  projectOn,
   push,
+  pushSettled,
   runTasks,
+  type StatusProject,
   seen,
   statusesSettled,
+  TWO_TASKS,
 } from './support.ts';
 
 const THREE_TASKS = `  build:
@@ -37,13 +42,6 @@ const THREE_TASKS = `  build:
   lint:
     allow_failure: true
     script: [make lint]
-`;
-
-const TWO_TASKS = `  build:
-    script: [make]
-  test:
-    needs: [build]
-    script: [make test]
 `;
 
 export function sequenceTests(
@@ -64,6 +62,33 @@ export function sequenceTests(
     assert.deepEqual(open, [], 'no outbox row is left open');
   }
 
+  /**
+   * Checks that the posts on `commit` so far are `expected` (`state: description`
+   * each, in order) and that each is a whole post for the project (see
+   * assertPost) with `context` and the link to `jobId`; answers the posts.
+   */
+  function assertPosts(
+    p: StatusProject,
+    commit: string,
+    jobId: string,
+    context: string,
+    expected: string[],
+  ): StatusPost[] {
+    const posts = fake.statusesFor(commit);
+    assert.deepEqual(seen(posts), expected);
+    for (const [i, post] of posts.entries()) {
+      const [state, ...rest] = expected[i]!.split(': ');
+      const description = rest.join(': ');
+      assertPost(post, p, commit, {
+        state: state!,
+        context,
+        description,
+        targetUrl: target(jobId),
+      });
+    }
+    return posts;
+  }
+
   test(`${forge}: a successful job shows pending "running 3 tasks", then success "2 passed, 1 allowed to fail", as conductor/<name>`, async () => {
     const p = await makeProject(stack, fake, forge, `${forge}-green`, {
       // A forge_url with a trailing slash still gives one slash before /api/v1.
@@ -72,14 +97,10 @@ export function sequenceTests(
     const commit = sha(`${forge}-green`);
     fake.setFile(p.repo, commit, pipelineFile(p.label, THREE_TASKS, 'backend'));
 
-    const jobId = await push(stack, p, commit);
-    const [running] = await statusesSettled(stack, fake, jobId, commit, 1);
-    assertPost(running!, p, commit, {
-      state: 'pending',
-      context: 'conductor/backend',
-      description: 'running 3 tasks',
-      targetUrl: target(jobId),
-    });
+    const { jobId } = await pushSettled(stack, fake, p, commit);
+    const [running] = assertPosts(p, commit, jobId, 'conductor/backend', [
+      'pending: running 3 tasks',
+    ]);
     assert.equal(running!.answered, 201);
     // The creation status was superseded by the start, never posted.
     assert.deepEqual(
@@ -92,77 +113,39 @@ export function sequenceTests(
 
     const reported = await runTasks(stack, p, { lint: 'failed' });
     assert.equal(reported.at(-1), 'success');
-    const posts = fake.statusesFor(commit);
-    assert.deepEqual(seen(posts), [
+    assertPosts(p, commit, jobId, 'conductor/backend', [
       'pending: running 3 tasks',
       'success: 2 passed, 1 allowed to fail',
     ]);
-    assertPost(posts[1]!, p, commit, {
-      state: 'success',
-      context: 'conductor/backend',
-      description: '2 passed, 1 allowed to fail',
-      targetUrl: target(jobId),
-    });
     await nothingMore(commit, 2, jobId);
   });
 
   test(`${forge}: a failed job shows pending, then failure "0 passed, 1 failed, 1 skipped", as plain conductor without a pipeline name`, async () => {
-    const p = await makeProject(stack, fake, forge, `${forge}-red`);
-    const commit = sha(`${forge}-red`);
-    fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS));
-
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+    const { p, commit } = await projectOn(stack, fake, forge, `${forge}-red`, TWO_TASKS);
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     const reported = await runTasks(stack, p, { build: 'failed' });
     assert.deepEqual(reported, ['failed'], 'the failed build settles the job; test is skipped');
 
-    const posts = fake.statusesFor(commit);
     // The summary always starts with the passed count, even when it is 0.
-    assert.deepEqual(seen(posts), [
+    assertPosts(p, commit, jobId, 'conductor', [
       'pending: running 2 tasks',
       'failure: 0 passed, 1 failed, 1 skipped',
     ]);
-    assertPost(posts[0]!, p, commit, {
-      state: 'pending',
-      context: 'conductor',
-      description: 'running 2 tasks',
-      targetUrl: target(jobId),
-    });
-    assertPost(posts[1]!, p, commit, {
-      state: 'failure',
-      context: 'conductor',
-      description: '0 passed, 1 failed, 1 skipped',
-      targetUrl: target(jobId),
-    });
     await nothingMore(commit, 2, jobId);
   });
 
   test(`${forge}: a job cancelled through the API shows pending, then error "cancelled: …", and nothing after the runner stops`, async () => {
-    const p = await makeProject(stack, fake, forge, `${forge}-stop`);
-    const commit = sha(`${forge}-stop`);
-    fake.setFile(p.repo, commit, pipelineFile(p.label, TWO_TASKS, 'deploy'));
-
-    const jobId = await push(stack, p, commit);
-    await statusesSettled(stack, fake, jobId, commit, 1);
+    const { p, commit } = await projectOn(stack, fake, forge, `${forge}-stop`, TWO_TASKS, 'deploy');
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     const build = await claimTask(stack, p.runner);
 
-    const cancel = await stack.call('POST', `/v1/jobs/${jobId}/cancel`, {
-      token: stack.adminToken,
-    });
-    assert.equal(cancel.status, 200, cancel.text);
+    const cancel = await adminCall(stack, 'POST', `/v1/jobs/${jobId}/cancel`, 200);
     assert.equal(cancel.body.job.state, 'cancelled');
     // Posted before the route answered.
-    const posts = fake.statusesFor(commit);
-    assert.deepEqual(seen(posts), [
+    assertPosts(p, commit, jobId, 'conductor/deploy', [
       'pending: running 2 tasks',
       'error: cancelled: cancelled through the API',
     ]);
-    assertPost(posts[1]!, p, commit, {
-      state: 'error',
-      context: 'conductor/deploy',
-      description: 'cancelled: cancelled through the API',
-      targetUrl: target(jobId),
-    });
 
     // The runner hears of the cancel and reports it; the job does not change again.
     const stopped = await complete(stack, p.runner, build.id, {
@@ -181,62 +164,33 @@ export function sequenceTests(
     fake.setFile(p.repo, first, pipelineFile(p.label, TWO_TASKS));
     fake.setFile(p.repo, second, pipelineFile(p.label, TWO_TASKS));
 
-    const firstJob = await push(stack, p, first, 'refs/heads/feature');
-    await statusesSettled(stack, fake, firstJob, first, 1);
+    const { jobId: firstJob } = await pushSettled(stack, fake, p, first, 'refs/heads/feature');
     const secondJob = await push(stack, p, second, 'refs/heads/feature');
     // The webhook posts the cancel before it answers; the new job's start follows its compile.
-    assert.deepEqual(seen(fake.statusesFor(first)), [
+    assertPosts(p, first, firstJob, 'conductor', [
       'pending: running 2 tasks',
       'error: cancelled: superseded by job #2',
     ]);
-    assertPost(fake.statusesFor(first)[1]!, p, first, {
-      state: 'error',
-      context: 'conductor',
-      description: 'cancelled: superseded by job #2',
-      targetUrl: target(firstJob),
-    });
-    const [started] = await statusesSettled(stack, fake, secondJob, second, 1);
-    assertPost(started!, p, second, {
-      state: 'pending',
-      context: 'conductor',
-      description: 'running 2 tasks',
-      targetUrl: target(secondJob),
-    });
+    await statusesSettled(stack, fake, secondJob, second, 1);
+    assertPosts(p, second, secondJob, 'conductor', ['pending: running 2 tasks']);
     await nothingMore(first, 2, firstJob);
     assert.equal(fake.statusesFor(second).length, 1);
   });
 
   test(`${forge}: a broken pipeline shows one error naming its errors, as plain conductor, and nothing before it`, async () => {
-    const p = await makeProject(stack, fake, forge, `${forge}-broken`);
-    const commit = sha(`${forge}-broken`);
-    fake.setFile(
-      p.repo,
-      commit,
-      pipelineFile(
-        p.label,
-        `  build:
+    const broken = `  build:
     scirpt: [make]
   test:
     needs: [biuld]
     script: [make test]
-`,
-        'backend',
-      ),
-    );
-
-    const jobId = await push(stack, p, commit);
-    const posts = await statusesSettled(stack, fake, jobId, commit, 1);
+`;
+    const { p, commit } = await projectOn(stack, fake, forge, `${forge}-broken`, broken, 'backend');
+    const { jobId } = await pushSettled(stack, fake, p, commit);
     const description =
       'the pipeline has 3 errors: .conductor.yml:7:5: tasks.build: missing required key "script"';
-    assert.deepEqual(seen(posts), [`error: ${description}`]);
     // The job never started, so it has no pipeline name: the context is plain
     // `conductor` although the file says `name: backend`.
-    assertPost(posts[0]!, p, commit, {
-      state: 'error',
-      context: 'conductor',
-      description,
-      targetUrl: target(jobId),
-    });
+    assertPosts(p, commit, jobId, 'conductor', [`error: ${description}`]);
     assert.deepEqual(
       (await outboxIdle(stack, jobId)).map((r) => [r.state, r.result]),
       [
@@ -250,14 +204,8 @@ export function sequenceTests(
   test(`${forge}: a commit without a pipeline file shows error "no .conductor.yml at <sha>"; a long error is cut to 140 characters`, async () => {
     const p = await makeProject(stack, fake, forge, `${forge}-nofile`);
     const bare = sha(`${forge}-nofile`);
-    const jobId = await push(stack, p, bare);
-    const [none] = await statusesSettled(stack, fake, jobId, bare, 1);
-    assertPost(none!, p, bare, {
-      state: 'error',
-      context: 'conductor',
-      description: `no .conductor.yml at ${bare}`,
-      targetUrl: target(jobId),
-    });
+    const { jobId } = await pushSettled(stack, fake, p, bare);
+    assertPosts(p, bare, jobId, 'conductor', [`error: no .conductor.yml at ${bare}`]);
 
     const long = sha(`${forge}-long`);
     fake.setFile(
@@ -265,8 +213,7 @@ export function sequenceTests(
       long,
       pipelineFile(p.label, `  build:\n    needs: [${'x'.repeat(150)}]\n    script: [make]\n`),
     );
-    const longJob = await push(stack, p, long, 'refs/heads/long');
-    const [cut] = await statusesSettled(stack, fake, longJob, long, 1);
+    const [cut] = (await pushSettled(stack, fake, p, long, 'refs/heads/long')).posts;
     assert.equal(cut!.body.state, 'error');
     assert.equal(cut!.body.description.length, 140);
     assert.ok(cut!.body.description.startsWith('the pipeline has 1 error: .conductor.yml:'));

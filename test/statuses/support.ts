@@ -2,6 +2,7 @@
 // runner of its own, pushes, a simulated runner, and reads of the outbox.
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { runSweep } from '../../lib/sweeper.ts';
 import {
   claim,
   complete,
@@ -12,9 +13,40 @@ import {
   githubPush,
   type Json,
   sendWebhook,
+  sha,
 } from '../e2e/support.ts';
-import type { FakeStatusForge, StatusPost } from '../helpers/fake-status-forge.ts';
-import type { TestStack } from '../helpers/stack.ts';
+import {
+  type DownOptions,
+  type FakeStatusForge,
+  type Outage,
+  type StatusPost,
+  startFakeStatusForge,
+} from '../helpers/fake-status-forge.ts';
+import { type TestStack, testStack } from '../helpers/stack.ts';
+
+/** A pipeline of one task, `check`. */
+export const ONE_TASK = '  check:\n    script: [make check]\n';
+
+/** A pipeline of two tasks: `build`, then `test`, which needs it. */
+export const TWO_TASKS = `  build:
+    script: [make]
+  test:
+    needs: [build]
+    script: [make test]
+`;
+
+/**
+ * A fake status forge and a stack for the test file `file`, with GitHub's API
+ * pointed at the fake (so a stray GitHub post shows up there too) and `env` on top.
+ */
+export async function statusStack(
+  file: string,
+  env: Record<string, string> = {},
+): Promise<{ fake: FakeStatusForge; stack: TestStack }> {
+  const fake = await startFakeStatusForge();
+  const stack = await testStack(file, { CONDUCTOR_GITHUB_API_URL: fake.url, ...env });
+  return { fake, stack };
+}
 
 export interface StatusProject {
   id: string;
@@ -59,6 +91,24 @@ export async function makeProject(
   return { id, forge, repo, secret, forgeToken, label: id, runner: token, view: project };
 }
 
+/**
+ * A project `id` (see makeProject) and the commit `sha(id)`, whose `.conductor.yml`
+ * on the fake has `tasks` and, if given, the pipeline name `name`.
+ */
+export async function projectOn(
+  stack: TestStack,
+  fake: FakeStatusForge,
+  forge: Forge,
+  id: string,
+  tasks: string,
+  name?: string,
+): Promise<{ p: StatusProject; commit: string }> {
+  const p = await makeProject(stack, fake, forge, id);
+  const commit = sha(id);
+  fake.setFile(p.repo, commit, pipelineFile(p.label, tasks, name));
+  return { p, commit };
+}
+
 /** A `.conductor.yml` whose tasks all carry `label`; `name` sets the pipeline's `name:`. */
 export function pipelineFile(label: string, tasks: string, name?: string): string {
   return `version: 1
@@ -80,6 +130,40 @@ export async function push(
   const hook = await sendWebhook(stack, p.forge, 'push', payload, { secret: p.secret });
   assert.equal(hook.status, 202, hook.text);
   return hook.body.job_id;
+}
+
+/**
+ * Pushes `commit` and waits for its first status post (the start, or an error)
+ * and for its deliverer to finish; answers the job id and the posts so far.
+ */
+export async function pushSettled(
+  stack: TestStack,
+  fake: FakeStatusForge,
+  p: StatusProject,
+  commit: string,
+  ref?: string,
+): Promise<{ jobId: string; posts: StatusPost[] }> {
+  const jobId = await push(stack, p, commit, ref);
+  const posts = await statusesSettled(stack, fake, jobId, commit, 1);
+  return { jobId, posts };
+}
+
+/**
+ * Runs `work` with the fake down (status posts answered with `outage`, see
+ * FakeStatusForge.down) and brings it back up afterwards, whatever happens.
+ */
+export async function whileDown<T>(
+  fake: FakeStatusForge,
+  outage: Outage,
+  work: () => Promise<T>,
+  opts?: DownOptions,
+): Promise<T> {
+  fake.down(outage, opts);
+  try {
+    return await work();
+  } finally {
+    fake.up();
+  }
 }
 
 /**
@@ -177,6 +261,47 @@ export async function makeDue(stack: TestStack, jobId: string): Promise<void> {
       where job_id = $1 and result is null`,
     [jobId],
   );
+}
+
+/** Makes the job's open rows due now and runs a sweep; answers its summary. */
+export async function sweepDue(stack: TestStack, jobId: string) {
+  await makeDue(stack, jobId);
+  return runSweep(stack.context);
+}
+
+/** Makes every open row of every job due now and runs a sweep, as sweeps do once backoffs have passed. */
+export async function sweepAllDue(stack: TestStack) {
+  await stack.context.pool.query(
+    `update status_outbox set next_attempt_at = now() - interval '1 second' where result is null`,
+  );
+  return runSweep(stack.context);
+}
+
+/** Waits until the job's compile has recorded an error (the forge would not give the pipeline file). */
+export async function compileFailed(stack: TestStack, jobId: string): Promise<void> {
+  await waitUntil(`the compile of job ${jobId} noted the forge error`, async () => {
+    const { rows } = await stack.context.pool.query<{ error: string | null }>(
+      'select error from jobs where id = $1',
+      [jobId],
+    );
+    return rows[0]?.error != null;
+  });
+}
+
+/**
+ * Calls the API as the admin and checks the answer's status; answers the
+ * response. `body` is sent as JSON when given.
+ */
+export async function adminCall(
+  stack: TestStack,
+  method: string,
+  path: string,
+  status: number,
+  body?: unknown,
+): Promise<Awaited<ReturnType<TestStack['call']>>> {
+  const res = await stack.call(method, path, { token: stack.adminToken, body });
+  assert.equal(res.status, status, res.text);
+  return res;
 }
 
 /** `state: description` of each post, for comparing whole sequences. */
