@@ -95,6 +95,26 @@ test('a cancel through the API reaches the runner on its next heartbeat, and its
   assert.equal(again.body.job.finished_at, cancel.body.job.finished_at);
 });
 
+test('a success reported twice under the same lease answers the same state; only the first settles the job', async () => {
+  const label = 'repeat-success';
+  const jobId = await runningJob(label, '  a:\n    script: [make]\n');
+  const { token } = await createWorker(stack, [label]);
+  const a = await claimTask(stack, token);
+  const body = { lease_id: a.lease_id, outcome: 'success', outputs: {} };
+  const first = await complete(stack, token, a.id, body);
+  assert.equal(first.status, 200, first.text);
+  assert.deepEqual(first.body, { state: 'success', job_state: 'success' });
+  // The runner lost the answer and sends it again: the one-statement success
+  // no longer applies, and the transaction recognises the repeat.
+  const again = await complete(stack, token, a.id, body);
+  assert.equal(again.status, 200, again.text);
+  assert.deepEqual(again.body, { state: 'success', job_state: null });
+  // The same report from another worker is not a repeat.
+  const other = await createWorker(stack, [label]);
+  assertError(await complete(stack, other.token, a.id, body), 409, 'conflict');
+  assert.equal((await getJob(stack, jobId)).job.state, 'success');
+});
+
 test('cancelling a finished job leaves it as it was; an unknown job is a 404', async () => {
   const label = 'cancel-finished';
   const jobId = await runningJob(label, '  a:\n    script: [make]\n');
