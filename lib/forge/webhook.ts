@@ -2,11 +2,18 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
 import { BadRequestError, ValidationError, type ValidationIssue } from '../errors.ts';
 
-// Webhook dialects of GitHub and Gitea: headers, signatures and the few payload fields that
-// decide what a delivery asks for. Payloads are the forge's format, not ours, so every object is
-// loose: fields we do not read are ignored, and only a field an event needs is an error.
+// Webhook dialects of GitHub and Gitea (Forgejo speaks Gitea's): headers, signatures and the few
+// payload fields that decide what a delivery asks for. Payloads are the forge's format, not ours,
+// so every object is loose: fields we do not read are ignored, and only a field an event needs is
+// an error.
 
 export type ForgeKind = 'github' | 'gitea';
+
+interface HeaderNames {
+  event: string;
+  delivery: string;
+  signature: string;
+}
 
 /** Header names each forge sends; the signature header is the one the contract verifies. */
 export const WEBHOOK_HEADERS = {
@@ -20,7 +27,22 @@ export const WEBHOOK_HEADERS = {
     delivery: 'X-Gitea-Delivery',
     signature: 'X-Gitea-Signature',
   },
-} as const satisfies Record<ForgeKind, { event: string; delivery: string; signature: string }>;
+} as const satisfies Record<ForgeKind, HeaderNames>;
+
+/**
+ * Other names the same headers arrive under, read when the forge's own is absent: Forgejo sends
+ * the Gitea dialect (same payloads, same hex HMAC-SHA256) under `X-Forgejo-*` names.
+ */
+export const WEBHOOK_HEADER_ALIASES = {
+  github: [],
+  gitea: [
+    {
+      event: 'X-Forgejo-Event',
+      delivery: 'X-Forgejo-Delivery',
+      signature: 'X-Forgejo-Signature',
+    },
+  ],
+} as const satisfies Record<ForgeKind, readonly HeaderNames[]>;
 
 // Forges send UUIDs (36 characters); the cap only keeps a junk header out of the database.
 const MAX_DELIVERY_LENGTH = 200;
@@ -31,28 +53,48 @@ export interface WebhookHeaders {
   signature: string | undefined;
 }
 
-/** Reads event, delivery id and signature headers (case-insensitive names); a missing event or delivery header is a BadRequestError naming the header. */
+/**
+ * Reads event, delivery id and signature headers (case-insensitive names; for Gitea, Forgejo's
+ * names when Gitea's are absent); a missing event or delivery header is a BadRequestError naming
+ * the header.
+ */
 export function readWebhookHeaders(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
 ): WebhookHeaders {
-  const names = WEBHOOK_HEADERS[forge];
   const byName = new Map<string, string>();
   for (const [name, value] of Object.entries(headers)) {
-    if (value !== undefined) byName.set(name.toLowerCase(), value);
+    // An empty value counts as absent: Gitea sends an empty signature header when no secret is set.
+    const trimmed = value?.trim();
+    if (trimmed) byName.set(name.toLowerCase(), trimmed);
   }
-  // An empty value counts as absent: Gitea sends an empty signature header when no secret is set.
-  const read = (name: string) => byName.get(name.toLowerCase())?.trim() || undefined;
-  const event = read(names.event);
-  if (event === undefined) throw new BadRequestError(`missing ${names.event} header`);
-  const delivery = read(names.delivery);
-  if (delivery === undefined) throw new BadRequestError(`missing ${names.delivery} header`);
-  if (delivery.length > MAX_DELIVERY_LENGTH) {
+  const dialects: readonly HeaderNames[] = [
+    WEBHOOK_HEADERS[forge],
+    ...WEBHOOK_HEADER_ALIASES[forge],
+  ];
+  // Per header, the forge's own name first, then the aliases.
+  const read = (field: keyof HeaderNames) => {
+    for (const names of dialects) {
+      const value = byName.get(names[field].toLowerCase());
+      if (value !== undefined) return { name: names[field], value };
+    }
+    return undefined;
+  };
+  const missing = (field: keyof HeaderNames) => {
+    const [own, ...others] = dialects.map((names) => names[field]);
+    const also = others.length > 0 ? ` (or ${others.join(', ')})` : '';
+    return new BadRequestError(`missing ${own} header${also}`);
+  };
+  const event = read('event');
+  if (event === undefined) throw missing('event');
+  const delivery = read('delivery');
+  if (delivery === undefined) throw missing('delivery');
+  if (delivery.value.length > MAX_DELIVERY_LENGTH) {
     throw new BadRequestError(
-      `${names.delivery} header is ${delivery.length} characters; at most ${MAX_DELIVERY_LENGTH} are allowed`,
+      `${delivery.name} header is ${delivery.value.length} characters; at most ${MAX_DELIVERY_LENGTH} are allowed`,
     );
   }
-  return { event, delivery, signature: read(names.signature) };
+  return { event: event.value, delivery: delivery.value, signature: read('signature')?.value };
 }
 
 export type WebhookIntent =
@@ -101,32 +143,43 @@ const PullNumberSchema = z
 
 const EnvelopeSchema = z.looseObject({ repository: RepoSchema });
 
+// A push needs the ref, the new sha and the repository, nothing else. Both forges document more
+// (`before`, `commits`, `pusher`, `sender`, `compare`/`compare_url`), and older Gitea and
+// Gogs-compatible senders leave out `head_commit`, which GitHub sends as null for some pushes;
+// none of them is read here except `head_commit` for tags, and then only when it is usable.
+// Gitea's deprecated top-level `secret` is never read: only the signature header authenticates.
 const PushSchema = z.looseObject({
   ref: NameSchema,
   after: ShaSchema,
   // GitHub only; an all-zero `after` marks a deleted ref on either forge.
-  deleted: z.boolean().optional(),
-  head_commit: z.unknown(),
+  deleted: z.boolean().nullish(),
+  head_commit: z.unknown().optional(),
 });
 
 const ActionSchema = z.looseObject({ action: NameSchema });
 
+// What a pull request build needs: its number (top level, or inside `pull_request`), the head
+// sha, the base ref, and the head and base repositories where the forge has them. GitHub and
+// Gitea both write `head.repo: null` when the fork was deleted, which makes the job untrusted;
+// a missing `base.repo` is the webhook's `repository`. Every other field (title, user, labels,
+// `head.ref`, `merge_base`, `sender`, ...) may be absent or null.
 const PullRequestBuildSchema = z.looseObject({
-  number: PullNumberSchema.optional(),
+  number: PullNumberSchema.nullish(),
   pull_request: z.looseObject({
-    number: PullNumberSchema.optional(),
+    number: PullNumberSchema.nullish(),
     head: z.looseObject({
       sha: ShaSchema,
-      // Null when the fork the pull request came from was deleted.
-      repo: RepoSchema.nullable().optional(),
+      repo: RepoSchema.nullish(),
     }),
-    base: z.looseObject({ ref: NameSchema, repo: RepoSchema.nullable().optional() }),
+    base: z.looseObject({ ref: NameSchema, repo: RepoSchema.nullish() }),
   }),
 });
 
+// Closing needs only the number, so a closed delivery with a thin or null `pull_request` still
+// cancels that pull request's jobs.
 const PullRequestCloseSchema = z.looseObject({
-  number: PullNumberSchema.optional(),
-  pull_request: z.looseObject({ number: PullNumberSchema.optional() }).optional(),
+  number: PullNumberSchema.nullish(),
+  pull_request: z.looseObject({ number: PullNumberSchema.nullish() }).nullish(),
 });
 
 // GitHub spells it `synchronize`, Gitea `synchronized`; either is accepted from either forge.
@@ -261,11 +314,11 @@ function readPullRequest(
 }
 
 function pullNumber(
-  top: number | undefined,
-  nested: number | undefined,
+  top: number | null | undefined,
+  nested: number | null | undefined,
   issues: ValidationIssue[],
 ): number | undefined {
-  const number = top ?? nested;
+  const number = top ?? nested ?? undefined;
   if (number === undefined) issues.push({ path: 'number', message: 'missing' });
   return number;
 }

@@ -37,6 +37,36 @@ describe('readWebhookHeaders', () => {
     });
   });
 
+  test("reads Forgejo headers on the Gitea dialect when Gitea's are absent", () => {
+    const headers = {
+      'X-Forgejo-Event': 'push',
+      'X-Forgejo-Event-Type': 'push',
+      'X-Forgejo-Delivery': DELIVERY,
+      'X-Forgejo-Signature': 'ef'.repeat(32),
+    };
+    assert.deepEqual(readWebhookHeaders('gitea', headers), {
+      event: 'push',
+      delivery: DELIVERY,
+      signature: 'ef'.repeat(32),
+    });
+  });
+
+  test("when a delivery carries both, Gitea's names are read and Forgejo's fill only gaps", () => {
+    const headers = {
+      'x-gitea-event': 'pull_request',
+      'x-forgejo-event': 'push',
+      'x-gitea-delivery': '',
+      'x-forgejo-delivery': DELIVERY,
+      'x-gitea-signature': 'cd'.repeat(32),
+      'x-forgejo-signature': 'ef'.repeat(32),
+    };
+    assert.deepEqual(readWebhookHeaders('gitea', headers), {
+      event: 'pull_request',
+      delivery: DELIVERY,
+      signature: 'cd'.repeat(32),
+    });
+  });
+
   test('a missing signature is undefined, and so is an empty one', () => {
     const base = { 'x-gitea-event': 'push', 'x-gitea-delivery': DELIVERY };
     assert.equal(readWebhookHeaders('gitea', base).signature, undefined);
@@ -58,15 +88,26 @@ describe('readWebhookHeaders', () => {
         ['github', { 'x-github-event': ' ', 'x-github-delivery': DELIVERY }],
         'missing X-GitHub-Event header',
       ],
-      [['gitea', { 'x-gitea-delivery': DELIVERY }], 'missing X-Gitea-Event header'],
+      [
+        ['gitea', { 'x-gitea-delivery': DELIVERY }],
+        'missing X-Gitea-Event header (or X-Forgejo-Event)',
+      ],
       [
         ['gitea', { 'x-gitea-event': 'push', 'x-gitea-delivery': '' }],
-        'missing X-Gitea-Delivery header',
+        'missing X-Gitea-Delivery header (or X-Forgejo-Delivery)',
       ],
-      // GitHub's headers do not stand in for Gitea's.
+      [
+        ['gitea', { 'x-forgejo-event': 'push', 'x-forgejo-delivery': ' ' }],
+        'missing X-Gitea-Delivery header (or X-Forgejo-Delivery)',
+      ],
+      // GitHub's headers do not stand in for Gitea's, nor Forgejo's for GitHub's.
       [
         ['gitea', { 'x-github-event': 'push', 'x-github-delivery': DELIVERY }],
-        'missing X-Gitea-Event header',
+        'missing X-Gitea-Event header (or X-Forgejo-Event)',
+      ],
+      [
+        ['github', { 'x-forgejo-event': 'push', 'x-forgejo-delivery': DELIVERY }],
+        'missing X-GitHub-Event header',
       ],
     ];
     for (const [args, message] of cases) {
@@ -77,6 +118,19 @@ describe('readWebhookHeaders', () => {
         message,
       );
     }
+  });
+
+  test('an absurdly long delivery id is a bad request naming the header it came in', () => {
+    assert.throws(
+      () =>
+        readWebhookHeaders('gitea', {
+          'x-forgejo-event': 'push',
+          'x-forgejo-delivery': 'x'.repeat(201),
+        }),
+      (error) =>
+        error instanceof BadRequestError &&
+        /^X-Forgejo-Delivery header is 201 characters/.test(error.message),
+    );
   });
 
   test('an absurdly long delivery id is a bad request', () => {
