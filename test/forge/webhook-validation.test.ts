@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { AppError, ValidationError, type ValidationIssue } from '../../lib/errors.ts';
 import { parseWebhook } from '../../lib/forge/webhook.ts';
+import { withField, without } from './fixtures/fields.ts';
 import { giteaPullRequest, giteaPush } from './fixtures/gitea.ts';
 import { GH_REPO, githubPing, githubPullRequest, githubPushBranch } from './fixtures/github.ts';
 
@@ -14,26 +15,6 @@ function issuesOf(...args: Parameters<typeof parseWebhook>): ValidationIssue[] {
     return error.issues;
   }
   assert.fail('expected the payload to be rejected');
-}
-
-/** Removes the field at a dotted path from a payload. */
-function without<T>(payload: T, path: string): T {
-  const keys = path.split('.');
-  const last = keys.pop() as string;
-  let node = payload as Record<string, unknown>;
-  for (const key of keys) node = node[key] as Record<string, unknown>;
-  delete node[last];
-  return payload;
-}
-
-/** Sets the field at a dotted path of a payload. */
-function withField<T>(payload: T, path: string, value: unknown): T {
-  const keys = path.split('.');
-  const last = keys.pop() as string;
-  let node = payload as Record<string, unknown>;
-  for (const key of keys) node = node[key] as Record<string, unknown>;
-  node[last] = value;
-  return payload;
 }
 
 describe('fields an event needs', () => {
