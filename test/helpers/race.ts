@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import { createPool, type Pool } from '../../lib/db/index.ts';
 import { type ClaimedTask, cancelJob, claimTask } from '../../lib/scheduler/index.ts';
 import type { JobRow, TaskSpec } from '../../lib/scheduler/types.ts';
-import { barrier, spec, startedJob } from './fixtures.ts';
+import { barrier, makeProject, spec, startedJob } from './fixtures.ts';
 
 /** Where racers connect: a test file's database, and the name their connections show. */
 export interface RaceDatabase {
@@ -118,24 +118,33 @@ export async function claimedJob(
 
 /**
  * Races a cancel of job `jobId` against `complete` of each claimed task, on
- * `racers`. Every racer is released by the barrier, then `pattern` (0 to 3)
- * picks the interleaving: 0, all at once (the completions take their row locks
- * first and the cancel retries behind them); 1 and 2, the completions held back
- * 1 to 4 ms or 2 to 12 ms, giving the cancel a head start (it commits while they
- * are in flight: snapshots that predate it conflict on the flagged rows and
- * retry); 3, two waves of half the tasks each, the cancel starting once the
- * first wave has finished and the second wave held back 2 to 12 ms. Only the
- * interleaving varies with this: no assertion should depend on timing.
- * Answers the settled racers, the cancel first, then the completions in the
- * order of `claimed`.
+ * `racers`. `pattern` (0 to 3) picks the interleaving: 0, all at once, behind
+ * a gate on `tasks` (`gatedRace`: the cancel and every completion are inside
+ * their statements at the same moment before any goes on); 1 and 2, the
+ * completions held back 1 to 4 ms or 2 to 12 ms, giving the cancel a head
+ * start (it commits while they are in flight: snapshots that predate it
+ * conflict on the flagged rows and retry); 3, two waves of half the tasks
+ * each, the cancel starting once the first wave has finished and the second
+ * wave held back 2 to 12 ms. Which side wins which task varies with this and
+ * with the machine: assert only what holds whoever wins (forced tests pin each
+ * outcome). Answers the settled racers, the cancel first, then the
+ * completions in the order of `claimed`.
  */
 export async function raceCancel<T>(
+  gate: { pool: Pool; db: RaceDatabase },
   racers: Pool,
   jobId: string,
   claimed: ClaimedTask[],
   pattern: number,
   complete: (task: ClaimedTask) => Promise<T>,
 ): Promise<PromiseSettledResult<JobRow | T>[]> {
+  const cancel = () => cancelJob(racers, jobId, 'race');
+  if (pattern === 0) {
+    return gatedRace<JobRow | T>(gate.pool, gate.db, 'tasks', [
+      cancel,
+      ...claimed.map((task) => () => complete(task)),
+    ]);
+  }
   const half = claimed.length / 2;
   let firstWaveLeft = half;
   let firstWaveDone: () => void = () => {};
@@ -146,7 +155,7 @@ export async function raceCancel<T>(
   return race<JobRow | T>([
     async () => {
       if (pattern === 3) await firstWave;
-      return cancelJob(racers, jobId, 'race');
+      return cancel();
     },
     ...claimed.map((task, i) => async () => {
       if (pattern === 1 || pattern === 2) await headStart();
@@ -161,4 +170,231 @@ export async function raceCancel<T>(
       }
     }),
   ]);
+}
+
+/** How many connections named `db.applicationName` wait for a heavyweight lock right now. */
+export async function lockWaiters(pool: Pool, db: RaceDatabase): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(
+    `select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and application_name = $1 and wait_event_type = 'Lock'`,
+    [db.applicationName],
+  );
+  return rows[0]!.n;
+}
+
+/**
+ * Polls `check` until it answers true, failing with `what` after `timeoutMs`:
+ * a deadline for a condition, generous because a loaded machine is slow, never
+ * a claim about how fast anything is.
+ */
+export async function until(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`timed out after ${timeoutMs} ms waiting until ${what}`);
+    await sleep(5);
+  }
+}
+
+/** Waits until at least `n` connections of `db` are visibly blocked on a lock (pg_stat_activity). */
+export function untilWaiting(pool: Pool, db: RaceDatabase, n: number): Promise<void> {
+  return until(
+    `${n} connection(s) of ${db.applicationName} wait for a lock`,
+    async () => (await lockWaiters(pool, db)) >= n,
+  );
+}
+
+/** Lets go of a lock held by `holdRows` or `holdTable`. */
+export type Release = () => Promise<void>;
+
+async function holdOnOwnConnection(pool: Pool, lock: string, params: unknown[]): Promise<Release> {
+  const client = await pool.connect();
+  try {
+    await client.query('begin');
+    await client.query(lock, params);
+  } catch (err) {
+    client.release(err as Error);
+    throw err;
+  }
+  let released = false;
+  return async () => {
+    if (released) return;
+    released = true;
+    try {
+      // Nothing was written: rolling back only lets go of the lock.
+      await client.query('rollback');
+    } finally {
+      client.release();
+    }
+  };
+}
+
+/** Locks the rows of `table` with these ids (`for update`) on a connection of its own. */
+export function holdRows(pool: Pool, table: 'tasks' | 'jobs', ids: string[]): Promise<Release> {
+  return holdOnOwnConnection(pool, `select 1 from ${table} where id = any($1::uuid[]) for update`, [
+    ids,
+  ]);
+}
+
+/**
+ * Locks `table` in EXCLUSIVE mode on a connection of its own: plain reads go
+ * on, and every statement that writes or locks a row of it waits.
+ */
+export function holdTable(pool: Pool, table: string): Promise<Release> {
+  return holdOnOwnConnection(pool, `lock table ${table} in exclusive mode`, []);
+}
+
+/** A promise's outcome without throwing, as `Promise.allSettled` gives it. */
+export async function settle<T>(promise: Promise<T>): Promise<PromiseSettledResult<T>> {
+  return (await Promise.allSettled([promise]))[0]!;
+}
+
+/**
+ * `race` behind a gate that proves the racers overlapped: `table` is locked
+ * (`holdTable`) while the racers start, and let go only once `waiters` of
+ * them (default: one per function) are blocked inside their statements at the
+ * same time, as pg_stat_activity shows. Each racer's first statement must
+ * write or lock a row of `table`. With more functions than connections, pass
+ * the pool size: the rest wait for a connection in the pool, not on the server.
+ */
+export async function gatedRace<T>(
+  pool: Pool,
+  db: RaceDatabase,
+  table: string,
+  fns: Array<() => Promise<T>>,
+  waiters = fns.length,
+): Promise<PromiseSettledResult<T>[]> {
+  const release = await holdTable(pool, table);
+  let opened = false;
+  let early = 0;
+  const running = race(
+    fns.map((fn) => async () => {
+      try {
+        return await fn();
+      } finally {
+        if (!opened) early++;
+      }
+    }),
+  );
+  let failure: unknown = null;
+  try {
+    await until(`${waiters} racers wait inside their statements at once`, async () => {
+      if (early > 0) assert.fail(`${early} racer(s) finished before the gate opened`);
+      return (await lockWaiters(pool, db)) >= waiters;
+    });
+  } catch (err) {
+    failure = err;
+  } finally {
+    opened = true;
+    await release();
+  }
+  const results = await running;
+  if (failure) throw failure;
+  return results;
+}
+
+/**
+ * Creates, in a test file's own database, an audit of state changes: AFTER
+ * triggers on jobs and tasks write one row per changed state, at the end of
+ * each statement, and take no lock on jobs or tasks. `assertTransitions` reads
+ * it, so a test can assert "exactly once" on transitions, not on end states
+ * alone.
+ */
+export async function installAudit(pool: Pool): Promise<void> {
+  await pool.query(`
+    create table audit (
+      seq bigserial primary key,
+      kind text not null,
+      id uuid not null,
+      job_id uuid not null,
+      old_state text not null,
+      new_state text not null,
+      cancel_requested boolean
+    );
+    create index audit_job on audit (job_id);
+    create function audit_task() returns trigger language plpgsql as $$
+    begin
+      insert into audit (kind, id, job_id, old_state, new_state, cancel_requested)
+      values ('task', new.id, new.job_id, old.state, new.state, new.cancel_requested);
+      return null;
+    end $$;
+    create trigger audit_task after update on tasks
+      for each row when (old.state is distinct from new.state) execute function audit_task();
+    create function audit_job() returns trigger language plpgsql as $$
+    begin
+      insert into audit (kind, id, job_id, old_state, new_state)
+      values ('job', new.id, new.id, old.state, new.state);
+      return null;
+    end $$;
+    create trigger audit_job after update on jobs
+      for each row when (old.state is distinct from new.state) execute function audit_job();
+  `);
+}
+
+const FINAL = new Set(['success', 'failed', 'skipped', 'cancelled']);
+
+/**
+ * What the audit (`installAudit`) says about these jobs: no task ever leaves a
+ * final state, no task is promoted twice, and each job leaves 'running' at
+ * most once (exactly once when `finished`).
+ */
+export async function assertTransitions(
+  pool: Pool,
+  jobIds: string[],
+  finished = true,
+): Promise<void> {
+  const { rows } = await pool.query<{
+    kind: string;
+    id: string;
+    job_id: string;
+    old_state: string;
+    new_state: string;
+  }>(
+    `select kind, id, job_id, old_state, new_state from audit
+      where job_id = any($1::uuid[]) order by seq`,
+    [jobIds],
+  );
+  const revived = rows.filter((r) => FINAL.has(r.old_state));
+  assert.deepEqual(revived, [], 'no job or task leaves a final state');
+  const promotions = new Map<string, number>();
+  const settles = new Map<string, string[]>(jobIds.map((id) => [id, []]));
+  for (const r of rows) {
+    if (r.kind === 'task' && r.old_state === 'waiting' && r.new_state === 'queued') {
+      promotions.set(r.id, (promotions.get(r.id) ?? 0) + 1);
+    }
+    if (r.kind === 'job' && r.old_state === 'running') settles.get(r.job_id)!.push(r.new_state);
+  }
+  const twice = [...promotions].filter(([, n]) => n > 1);
+  assert.deepEqual(twice, [], 'no task promoted twice');
+  for (const [jobId, moves] of settles) {
+    if (finished) assert.equal(moves.length, 1, `job ${jobId} left 'running' once: ${moves}`);
+    else assert.ok(moves.length <= 1, `job ${jobId} left 'running' at most once: ${moves}`);
+  }
+}
+
+/** A project with a forge token and an https repository: settles enqueue a commit status. */
+export async function forgeProject(pool: Pool): Promise<string> {
+  const id = await makeProject(pool);
+  await pool.query(`update projects set forge_token_enc = 'sealed' where id = $1`, [id]);
+  return id;
+}
+
+/** The final statuses (not 'pending') the outbox holds for each job, in order. */
+export async function finalStatuses(
+  pool: Pool,
+  jobIds: string[],
+): Promise<Map<string, Array<{ state: string; description: string }>>> {
+  const { rows } = await pool.query<{ job_id: string; state: string; description: string }>(
+    `select job_id, state, description from status_outbox
+      where job_id = any($1::uuid[]) and state <> 'pending' order by id`,
+    [jobIds],
+  );
+  const byJob = new Map<string, Array<{ state: string; description: string }>>(
+    jobIds.map((id) => [id, []]),
+  );
+  for (const r of rows) byJob.get(r.job_id)!.push({ state: r.state, description: r.description });
+  return byJob;
 }
