@@ -5,10 +5,10 @@
 //   npm run test:unit -- test/db           only files under these paths
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { availableParallelism, tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { join, relative } from 'node:path';
-import { startEmbeddedPostgres } from '../lib/local/postgres.ts';
+import { startEmbeddedPostgres, tempDirForCluster } from '../lib/local/postgres.ts';
 
 function findTests(path: string): string[] {
   if (statSync(path).isFile()) return path.endsWith('.test.ts') ? [path] : [];
@@ -28,17 +28,22 @@ const started = Date.now();
 let adminUrl = process.env.DATABASE_URL;
 let stop = async (_failed: boolean) => {};
 if (!adminUrl) {
-  const parent = await mkdtemp(join(tmpdir(), 'conductor-test-'));
+  const parent = await tempDirForCluster('conductor-test-');
   const server = await startEmbeddedPostgres({
     dataDir: join(parent, 'pg'),
     ephemeral: true,
+    say: (line) => console.log(`# ${line}`),
   });
   adminUrl = server.url();
   stop = async (failed: boolean) => {
     await server.stop();
-    // A failed run keeps the cluster, with the failing files' databases in it.
+    // A failed run keeps the cluster, with the failing files' databases in it
+    // (as root it may live elsewhere than the parent: server.dataDir says where).
     if (failed) console.error(`# kept the test cluster in ${server.dataDir}`);
-    else await rm(parent, { recursive: true, force: true });
+    else {
+      await server.remove();
+      await rm(parent, { recursive: true, force: true });
+    }
   };
   console.log(`# embedded PostgreSQL on port ${server.port} (${Date.now() - started} ms to start)`);
 } else {

@@ -84,7 +84,7 @@ export async function runDemo(
 
     stack = await startLocalStack(
       { ...process.env, DATABASE_URL: '', PORT: '0', CONDUCTOR_DATA_DIR: join(scratch, 'data') },
-      { sweep: true },
+      { sweep: true, ephemeral: true },
     );
     out(`control plane ${stack.url} (${stack.database})`);
     const { url, adminToken } = stack;

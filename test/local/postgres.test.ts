@@ -1,14 +1,13 @@
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import pg from 'pg';
-import { freePort, startEmbeddedPostgres } from '../../lib/local/postgres.ts';
+import { freePort, startEmbeddedPostgres, tempDirForCluster } from '../../lib/local/postgres.ts';
 
 // These start servers of their own, beside the one the test run shares.
-const parent = await mkdtemp(join(tmpdir(), 'conductor-local-'));
+const parent = await tempDirForCluster('conductor-local-');
 after(() => rm(parent, { recursive: true, force: true }));
 
 async function one<T>(url: string, sql: string): Promise<T> {
