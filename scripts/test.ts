@@ -47,7 +47,20 @@ if (!adminUrl) {
   };
   console.log(`# embedded PostgreSQL on port ${server.port} (${Date.now() - started} ms to start)`);
 } else {
-  console.log(`# using DATABASE_URL's server`);
+  // Each test file creates a database of its own on DATABASE_URL's server;
+  // nothing is written to the database the URL names. Their names start with
+  // that database's name, at most 28 characters of it (CI names a fresh one
+  // and drops every database under that prefix afterwards: .ci/run), or with
+  // t_ for the maintenance database `postgres`.
+  const database = decodeURIComponent(new URL(adminUrl).pathname.slice(1)) || 'postgres';
+  const stem = database
+    .replace(/[^a-z0-9]+/gi, '_')
+    .toLowerCase()
+    .slice(0, 28);
+  process.env.CONDUCTOR_TEST_DB_PREFIX = database === 'postgres' ? 't_' : `${stem}_`;
+  console.log(
+    `# using DATABASE_URL's server; test databases are named ${process.env.CONDUCTOR_TEST_DB_PREFIX}<file>_<random>`,
+  );
 }
 
 const concurrency = Number(process.env.CONDUCTOR_TEST_CONCURRENCY ?? availableParallelism());

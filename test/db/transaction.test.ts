@@ -11,6 +11,7 @@ import {
 } from '../../lib/db/index.ts';
 import { ConflictError } from '../../lib/errors.ts';
 import { type TestDatabase, testDatabase } from '../helpers/db.ts';
+import { barrier } from '../helpers/fixtures.ts';
 
 const db: TestDatabase = await testDatabase(import.meta.filename, { migrate: false });
 await db.pool.query(`
@@ -58,24 +59,28 @@ test('a transaction that loses a race on a row hits 40001 and is retried to succ
 test('sixteen concurrent read-modify-write transactions lose no update', async () => {
   await resetCounter();
   const pool = createPool({ url: db.url, max: 16 });
+  // Every first run reads before any writes, so they overlap by construction:
+  // the first update to commit makes each of the other 15 fail and retry.
+  const allRead = barrier(16);
   try {
     const results = await Promise.all(
-      Array.from({ length: 16 }, () =>
-        transactionWithStats(
+      Array.from({ length: 16 }, () => {
+        let runs = 0;
+        return transactionWithStats(
           pool,
           async (tx) => {
             const { rows } = await tx.query<{ n: number }>('select n from counter where id = 1');
-            await new Promise((r) => setTimeout(r, 5));
+            if (runs++ === 0) await allRead();
             await tx.query('update counter set n = $1 where id = 1', [rows[0]!.n + 1]);
           },
           { maxRetries: 100 },
-        ),
-      ),
+        );
+      }),
     );
     const { rows } = await pool.query('select n from counter where id = 1');
     assert.equal(rows[0].n, 16);
     const retries = results.reduce((s, r) => s + r.retries, 0);
-    assert.ok(retries > 0, 'transactions that overlapped were retried');
+    assert.ok(retries >= 15, `every transaction that read a stale counter retried: ${retries}`);
   } finally {
     await pool.end();
   }

@@ -201,12 +201,12 @@ for (const kind of ['github', 'gitea'] as const) {
     test('a forge that never answers times out as unavailable', async () => {
       forge.requests.length = 0;
       answer = () => {}; // never answers
-      const started = Date.now();
+      // The forge never answers: only the timeout ends the call, which the
+      // message names, and it is not retried.
       const error = await unavailable(
         fetchPipelineFile(source(kind, forge.base), { timeoutMs: 150 }),
       );
       assert.match(error.message, /could not be reached \(no answer within 150 ms\)/);
-      assert.ok(Date.now() - started < 2000);
       assert.equal(forge.requests.length, 1);
     });
 

@@ -30,12 +30,16 @@ export async function testDatabase(
   file: string,
   opts: { migrate?: boolean; poolMax?: number } = {},
 ): Promise<TestDatabase> {
+  // The test script names the prefix after DATABASE_URL's database (CI's own,
+  // dropped with everything under its prefix afterwards); names stay within
+  // 60 characters, under PostgreSQL's 63, so a file can add a suffix.
+  const prefix = process.env.CONDUCTOR_TEST_DB_PREFIX ?? 't_';
   const stem = basename(file)
     .replace(/\.test\.ts$/, '')
     .replace(/[^a-z0-9]+/gi, '_')
     .toLowerCase()
-    .slice(0, 30);
-  const name = `t_${stem}_${randomBytes(4).toString('hex')}`;
+    .slice(0, Math.min(30, 60 - prefix.length - 9));
+  const name = `${prefix}${stem}_${randomBytes(4).toString('hex')}`;
   const server = adminUrl();
   await createDatabase(server, name);
   const url = withDatabase(server, name);

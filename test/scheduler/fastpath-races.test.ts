@@ -7,7 +7,9 @@
 // check that marks the worker seen.
 //
 // Every racer has its own connection, opened before the race, and racers are
-// released together. An audit trigger, created in this file's own database
+// released together; most races also pass a gate (gatedRace) that proves they
+// overlapped, and assert only what holds whichever racer wins
+// (forced-races.test.ts forces each outcome). An audit trigger, created in this file's own database
 // only, records every state change of jobs and tasks, so the tests can assert
 // "exactly once" on transitions rather than on end states alone. One test
 // stalls a claim between its statement snapshot and the claim function's
