@@ -111,9 +111,28 @@ export async function tempDirForCluster(prefix: string): Promise<string> {
 // Servers still running when the process exits are told to shut down (fast
 // shutdown: they finish on their own after we are gone).
 const running = new Set<ChildProcess>();
-process.once('exit', () => {
+function shutDownAll(): void {
   for (const child of running) child.kill('SIGINT');
-});
+}
+process.once('exit', shutDownAll);
+// A signal kills the process without 'exit' handlers unless someone listens
+// for it. Where no one else does, shut the servers down and die of it as the
+// process would have; where someone does (npm start), they stop the servers.
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+function onSignal(signal: NodeJS.Signals): void {
+  if (process.listenerCount(signal) > 1) return;
+  shutDownAll();
+  for (const s of SIGNALS) process.removeListener(s, onSignal);
+  process.kill(process.pid, signal);
+}
+function track(child: ChildProcess): void {
+  if (running.size === 0) for (const s of SIGNALS) process.on(s, onSignal);
+  running.add(child);
+  child.once('exit', () => {
+    running.delete(child);
+    if (running.size === 0) for (const s of SIGNALS) process.removeListener(s, onSignal);
+  });
+}
 
 /** Runs one of the cluster's binaries (as the postgres user when we are root). */
 function spawnBinary(place: Placement, name: string, args: string[]): ChildProcess {
@@ -187,8 +206,7 @@ function startServer(
   log: (line: string) => void,
 ): Promise<ChildProcess> {
   const child = spawnBinary(place, 'postgres', ['-D', place.dataDir, '-p', String(port), ...flags]);
-  running.add(child);
-  child.once('exit', () => running.delete(child));
+  track(child);
   return new Promise((done, fail) => {
     const output = lastLines(child, (line) => {
       log(line);
