@@ -1,10 +1,11 @@
 import { z } from 'zod';
 import { requireWorker, workerTokenHash, workerTokenRequired } from '../lib/auth.ts';
-import { getContext } from '../lib/context.ts';
+import { type AppContext, getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
-import { maskSecrets, taskSecretValues } from '../lib/logs.ts';
+import { maskSecrets, taskSecretValues, WITHHELD_ERROR } from '../lib/logs.ts';
 import { completeSuccessByToken, completeTask } from '../lib/scheduler/index.ts';
+import { SecretDecryptError } from '../lib/secrets.ts';
 import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompleteSchema = z.strictObject({
@@ -20,6 +21,21 @@ export const CompleteSchema = z.strictObject({
   transient: z.boolean().optional(),
   error: z.string().max(10_000).nullable().optional(),
 });
+
+/**
+ * The error is shown in the job view: secrets are masked in it as in the log.
+ * When the secrets cannot be opened (a key dropped from the keyring) the
+ * outcome is still recorded, and the error is withheld rather than stored as
+ * sent: blocking the outcome would strand the task until its lease expired.
+ */
+async function maskedError(ctx: AppContext, taskId: string, error: string): Promise<string> {
+  try {
+    return maskSecrets(error, await taskSecretValues(ctx.pool, ctx.keyring, taskId));
+  } catch (err) {
+    if (err instanceof SecretDecryptError) return WITHHELD_ERROR;
+    throw err;
+  }
+}
 
 /** POST /v1/runner/tasks/{id}/complete */
 async function main(event: HttpEvent): Promise<Reply> {
@@ -68,10 +84,7 @@ async function main(event: HttpEvent): Promise<Reply> {
       exitCode: body.exit_code ?? null,
       outputs: body.outputs ?? {},
       transient: body.transient ?? false,
-      // The error is shown in the job view: mask secrets in it as in the log.
-      error: body.error
-        ? maskSecrets(body.error, await taskSecretValues(ctx.pool, ctx.keyring, taskId))
-        : null,
+      error: body.error ? await maskedError(ctx, taskId, body.error) : null,
     },
     { successTried: successFirst },
   );

@@ -4,9 +4,11 @@
 import { workerTokenRequired } from './auth.ts';
 import { type Pool, prepared, statement, TransactionConflictError } from './db/index.ts';
 import { ValidationError } from './errors.ts';
+import { log } from './log.ts';
 import { forgeToken, secretValues } from './projects.ts';
-import { CLAIMED_COLUMNS, type ClaimedTask } from './scheduler/index.ts';
-import type { Keyring } from './secrets.ts';
+import { CLAIMED_COLUMNS, type ClaimedTask, releaseClaim } from './scheduler/index.ts';
+import { followUpAfterCommit } from './scheduler/progress.ts';
+import { type Keyring, SecretDecryptError } from './secrets.ts';
 import { WORKER_BY_TOKEN } from './worker-token.ts';
 
 export interface Assignment {
@@ -88,7 +90,59 @@ export async function claimForToken(
   if (bad) throw bad;
   if (!row.id) return null;
   const { auth_worker_id: _id, auth_worker_labels: _labels, ...task } = row;
-  return assemble(pool, keyring, task as ClaimedTask);
+  return assembleOrGiveBack(pool, keyring, task as ClaimedTask);
+}
+
+/** A claimed task's sealed value (a secret, the forge token) that cannot be opened. */
+class UnopenableError extends Error {}
+
+/**
+ * Assembles the answer of a claim that has committed. If that fails, the
+ * claim never reaches its runner, so it is given back under its lease: a
+ * value sealed under a key the keyring lacks will not open on a retry, and
+ * fails the task naming it (the runner is answered "nothing claimable" and
+ * polls on); anything else (a read that failed) puts the task back in the
+ * queue without counting the attempt, and the error answers the request.
+ */
+async function assembleOrGiveBack(
+  pool: Pool,
+  keyring: Keyring,
+  task: ClaimedTask,
+): Promise<Assignment | null> {
+  try {
+    return await assemble(pool, keyring, task);
+  } catch (err) {
+    const failure = err instanceof UnopenableError ? err.message : null;
+    try {
+      const released = await releaseClaim(pool, task.id, task.lease_id!, failure);
+      if (released?.failed) {
+        log('error', 'a claimed task failed: a sealed value cannot be opened', {
+          task_id: task.id,
+          err,
+        });
+        await followUpAfterCommit(pool, released.jobId, task.id);
+        return null;
+      }
+    } catch (releaseErr) {
+      // The lease then expires as a lost runner's would, and the sweep
+      // queues the task again.
+      log('error', 'could not give back a claim that failed', { task_id: task.id, releaseErr });
+    }
+    throw err;
+  }
+}
+
+function opened<T>(what: string, open: () => T): T {
+  try {
+    return open();
+  } catch (err) {
+    if (err instanceof SecretDecryptError) {
+      throw new UnopenableError(`${what} cannot be opened with the configured keys`, {
+        cause: err,
+      });
+    }
+    throw err;
+  }
 }
 
 async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promise<Assignment> {
@@ -96,10 +150,14 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
   // the task; only secret values need another read, and only when the job is
   // trusted (not a pull request from a fork) and the task names some.
   const secrets = task.trusted
-    ? await secretValues(pool, keyring, task.project_id, task.secrets)
+    ? await secretValues(pool, keyring, task.project_id, task.secrets, (name, open) =>
+        opened(`secret ${name}`, open),
+      )
     : {};
   const token = task.trusted
-    ? forgeToken(keyring, { id: task.project_id, forge_token_enc: task.forge_token_enc })
+    ? opened("the project's forge token", () =>
+        forgeToken(keyring, { id: task.project_id, forge_token_enc: task.forge_token_enc }),
+      )
     : null;
   return {
     id: task.id,

@@ -6,7 +6,13 @@ import { ForgeUnavailableError, fetchPipelineFile } from './forge/pipeline-file.
 import { log } from './log.ts';
 import { compilePipeline, formatIssue, PipelineError } from './pipeline/index.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
-import { failJob, getJob, noteCompileError, startJob } from './scheduler/index.ts';
+import {
+  countCompileAttempt,
+  failJob,
+  getJob,
+  noteCompileError,
+  startJob,
+} from './scheduler/index.ts';
 import type { Keyring } from './secrets.ts';
 
 export type CompileOutcome = 'started' | 'failed' | 'not_pending' | 'forge_unavailable';
@@ -22,6 +28,9 @@ export async function compileJob(
   if (!job || job.state !== 'pending') return 'not_pending';
   const project = await getProjectRow(pool, job.project_id);
   if (!project) return 'not_pending';
+  // Counted here, as the compile starts, not where it was dispatched: the
+  // sweep fails a job left pending after its last counted attempt.
+  if ((await countCompileAttempt(pool, jobId)) === null) return 'not_pending';
 
   let text: string;
   try {

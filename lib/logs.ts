@@ -187,6 +187,9 @@ async function maskedValues(
 }
 
 /** The values to mask in what a task's runner reports (see maskedValues), by task id. */
+/** What a completion's error is stored as when the secrets to mask it with cannot be opened. */
+export const WITHHELD_ERROR = '[withheld: secrets could not be opened]';
+
 export async function taskSecretValues(
   db: Queryable,
   keyring: Keyring,

@@ -333,6 +333,8 @@ export async function secretValues(
   keyring: Keyring,
   projectId: string,
   names: string[],
+  /** Opens each value through this (to name the secret in an error); default: directly. */
+  each: (name: string, open: () => string) => string = (_name, open) => open(),
 ): Promise<Record<string, string>> {
   if (names.length === 0) return {};
   const { rows } = await db.query<{ name: string; value_enc: string }>(
@@ -340,6 +342,9 @@ export async function secretValues(
     [projectId, names],
   );
   return Object.fromEntries(
-    rows.map((r) => [r.name, decrypt(keyring, r.value_enc, sealContext.secret(projectId, r.name))]),
+    rows.map((r) => [
+      r.name,
+      each(r.name, () => decrypt(keyring, r.value_enc, sealContext.secret(projectId, r.name))),
+    ]),
   );
 }

@@ -1,5 +1,13 @@
 export { loadMigrations, type Migration, MigrationError, migrate } from './migrate.ts';
-export { createPool, type Pool, type PoolConfig, type Queryable } from './pool.ts';
+export {
+  createPool,
+  isConnectionError,
+  type Pool,
+  type PoolConfig,
+  type Queryable,
+  SESSION_OPTIONS,
+  withClient,
+} from './pool.ts';
 export { RETRYABLE_SQLSTATES, SQLSTATE, sqlState } from './sqlstate.ts';
 export {
   prepared,

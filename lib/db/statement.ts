@@ -1,8 +1,9 @@
-// One statement in its own (implicit) transaction: the hot paths' claim,
-// outcome and follow-up check are each a single statement, so they cost one
-// round trip instead of BEGIN, the statement and COMMIT.
+// One statement in its own (implicit) transaction at REPEATABLE READ: the hot
+// paths' claim, outcome, heartbeat and worker check are each a single
+// statement, so they cost one round trip instead of BEGIN, the statement and
+// COMMIT.
 import type pg from 'pg';
-import type { Pool } from './pool.ts';
+import { type Pool, withClient } from './pool.ts';
 import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
 import { TransactionConflictError } from './transaction.ts';
 
@@ -34,15 +35,18 @@ export interface StatementResult<R extends pg.QueryResultRow> {
 
 /**
  * Runs one statement outside an explicit transaction, so it commits on its
- * own, and runs it again on a deadlock or serialization failure. At READ
- * COMMITTED (PostgreSQL's default, which the hot path assumes) a single
- * statement re-checks rows other transactions changed meanwhile instead of
- * failing, so retries are rare. There is no transaction to carry the helper's
- * timeouts: the claim, outcome and follow-up are calls of functions that set
- * their own lock_timeout (migrations/002); the heartbeat and the worker check
- * update one row by key and can wait only for transactions that carry them.
- * Takes a pool, never the client of an open transaction: a retry there would
- * run in a transaction that already failed.
+ * own, and runs it again at once on a serialization failure or deadlock. The
+ * pool's sessions default to REPEATABLE READ (SESSION_OPTIONS in pool.ts), so
+ * the statement reads one snapshot whatever the server's default: a row
+ * another transaction changed and committed after that snapshot raises 40001
+ * when the statement locks or writes it, and the retry takes a fresh snapshot.
+ * There is no transaction to carry the helper's timeouts: the claim, outcome
+ * and follow-up are calls of functions that set their own lock_timeout
+ * (migrations/002); the heartbeat and the worker check update one row by key
+ * and can wait only for transactions that carry them. Takes a pool, never the
+ * client of an open transaction: a retry there would run in a transaction
+ * that already failed. A statement that failed on a healthy connection keeps
+ * it (pool.query would close it, and 40001s would cost a reconnect each).
  */
 export async function statementWithStats<R extends pg.QueryResultRow>(
   db: Pool,
@@ -52,7 +56,8 @@ export async function statementWithStats<R extends pg.QueryResultRow>(
   const maxRetries = opts.maxRetries ?? 5;
   for (let retries = 0; ; retries++) {
     try {
-      return { result: await db.query<R>(query), retries };
+      const result = await withClient(db, (client) => client.query<R>(query));
+      return { result, retries };
     } catch (err) {
       const code = sqlState(err);
       if (code === undefined || !RETRYABLE_SQLSTATES.has(code)) throw err;

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { AppError } from '../errors.ts';
-import type { Pool } from './pool.ts';
+import { type Pool, withClient } from './pool.ts';
 import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
 
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -120,27 +120,27 @@ export async function transactionWithStats<T>(
   const maxRetries = nonNegativeInt('maxRetries', opts.maxRetries ?? DEFAULTS.maxRetries);
   const begin = beginSql(opts);
   for (let retries = 0; ; retries++) {
-    const client = await pool.connect();
-    let broken: Error | undefined;
     try {
-      await client.query(begin);
-      const value = await fn(client);
-      await client.query('commit');
+      const value = await withClient(pool, async (client, markBroken) => {
+        await client.query(begin);
+        try {
+          const value = await fn(client);
+          await client.query('commit');
+          return value;
+        } catch (err) {
+          // A rollback that fails means the connection is unusable (server
+          // gone, socket closed): close it rather than hand it to the next
+          // caller.
+          await client.query('rollback').catch(markBroken);
+          throw err;
+        }
+      });
       return { value, retries };
     } catch (err) {
-      try {
-        await client.query('rollback');
-      } catch (rollbackErr) {
-        // The connection is unusable (server gone, socket closed): drop it
-        // from the pool rather than hand it to the next caller.
-        broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
-      }
       const code = sqlState(err);
       if (code === undefined || !RETRYABLE_SQLSTATES.has(code)) throw err;
       if (retries >= maxRetries) throw new TransactionConflictError(retries, err);
       opts.onRetry?.(err, retries + 1);
-    } finally {
-      client.release(broken);
     }
     if (!opts.immediate) await new Promise((r) => setTimeout(r, backoffMs(retries)));
   }

@@ -8,6 +8,7 @@ import type {
   Context,
 } from 'aws-lambda';
 import type { z } from 'zod';
+import { isConnectionError } from '../db/pool.ts';
 import { sqlState } from '../db/sqlstate.ts';
 import {
   AppError,
@@ -168,6 +169,14 @@ function errorReply(err: unknown, requestId: string): HttpResult {
     status = 400;
     code = 'bad_request';
     message = 'a value in the request is out of range or not valid text';
+  } else if (isConnectionError(err)) {
+    // The database connection ended (a failover, a restart, a terminated
+    // backend) or could not be made: nothing about the request was wrong,
+    // and sent again it gets a fresh connection.
+    log('warn', 'the database connection was lost', { err });
+    status = 503;
+    code = 'unavailable';
+    message = 'the database is unavailable; try again';
   } else {
     log('error', 'request failed', { err });
   }

@@ -124,8 +124,11 @@ export async function startLocalStack(
     opts.sweep === false
       ? undefined
       : setInterval(() => {
-          // A sweep still running when the next is due is not doubled.
-          sweeping ??= runSweep(context)
+          // A sweep still running when the next is due is not doubled, and
+          // each sweep stops taking new work when the next one is due.
+          sweeping ??= runSweep(context, {
+            deadline: Date.now() + config.CONDUCTOR_SWEEP_INTERVAL_S * 1000,
+          })
             .catch((err) => log('error', 'sweep failed', { err }))
             .finally(() => {
               sweeping = undefined;

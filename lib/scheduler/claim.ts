@@ -1,9 +1,16 @@
-import { type Pool, prepared, statementWithStats, TransactionConflictError } from '../db/index.ts';
+import {
+  type Pool,
+  prepared,
+  statementWithStats,
+  TransactionConflictError,
+  transaction,
+} from '../db/index.ts';
+import { endAttemptTx } from './attempt.ts';
 import { DEFAULT_LEASE_S, type TaskRow } from './types.ts';
 
 export interface ClaimOptions {
   leaseS?: number;
-  /** Immediate retries on a deadlock before answering "nothing claimable". Default 10. */
+  /** Immediate retries on 40001 or a deadlock before answering "nothing claimable". Default 10. */
   retries?: number;
   /** Called with the retries each claim took (metrics, the benchmark). */
   onRetries?: (retries: number) => void;
@@ -22,13 +29,16 @@ export interface ClaimedTask extends TaskRow {
   needs_outputs: Record<string, Record<string, string>>;
 }
 
-// One statement, committed on its own: conductor_claim (migrations/002) locks
-// the oldest job's queued task the labels allow (FOR UPDATE SKIP LOCKED, at
-// READ COMMITTED, so a task another claimer took meanwhile is re-checked and
-// passed over instead of raising 40001 as it would at REPEATABLE READ; see
-// docs/scheduling.md), sets it running under a new attempt and lease, and then
-// reads the job, the project and the outputs of the task's needs with a
-// snapshot newer than its lock.
+// One statement, committed on its own at REPEATABLE READ (the pool's session
+// default, lib/db/pool.ts): conductor_claim (migrations/002) locks the oldest
+// job's queued task the labels allow (FOR UPDATE SKIP LOCKED: a task another
+// claimer holds is passed over; one another claimer took and committed after
+// this statement's snapshot raises 40001, and the claim is retried at once
+// with a fresh snapshot), sets it running under a new attempt and lease, and
+// reads the job, the project and the outputs of the task's needs. In one
+// snapshot that is consistent: a task this claim could lock was last changed
+// before the snapshot, so its promotion, and every output committed before
+// that promotion, are visible to it. See docs/scheduling.md.
 /** The columns of a ClaimedTask, from a `conductor_claim(...) c` row. */
 export const CLAIMED_COLUMNS = `(c.task).*, c.project_id, c.sha, c.ref, c.trusted, c.repo_url,
   c.forge_token_enc, c.needs_outputs`;
@@ -52,8 +62,8 @@ export async function claimTask(
     const { result, retries } = await statementWithStats<ClaimedTask>(
       pool,
       prepared('conductor_claim', CLAIM, [workerId, labels, leaseS]),
-      // At READ COMMITTED the claim never sees 40001; the retries stay for a
-      // deadlock, and a claim that still loses answers null.
+      // 40001 when another claimer took our candidate after our snapshot, or
+      // a deadlock: retried at once; a claim that still loses answers null.
       { maxRetries: opts.retries ?? 10 },
     );
     opts.onRetries?.(retries);
@@ -65,4 +75,52 @@ export async function claimTask(
     }
     throw err;
   }
+}
+
+/**
+ * Gives back a claim whose answer could not be assembled (a secret that
+ * cannot be opened, a read that failed), so that a claim that committed but
+ * never reached its runner leaves neither a burnt attempt nor a lease nobody
+ * holds. One transaction keyed on the lease: without `failure` the task goes
+ * back to the queue as if the claim had not happened (the attempt is
+ * forgotten, not counted); with it the task fails with that message (a cause
+ * that will not pass, such as a missing key) and its dependents are skipped.
+ * Answers the job to settle when the task failed, else null. Does nothing if
+ * the lease moved on meanwhile.
+ */
+export async function releaseClaim(
+  pool: Pool,
+  taskId: string,
+  leaseId: string,
+  failure: string | null,
+): Promise<{ failed: boolean; jobId: string } | null> {
+  return transaction(pool, async (tx) => {
+    const { rows } = await tx.query<TaskRow>(
+      `select * from tasks where id = $1 and state = 'running' and lease_id = $2 for update`,
+      [taskId, leaseId],
+    );
+    const task = rows[0];
+    if (!task) return null;
+    if (failure === null) {
+      await tx.query('delete from task_attempts where task_id = $1 and attempt = $2', [
+        task.id,
+        task.attempt,
+      ]);
+      await tx.query(
+        `update tasks set state = 'queued', attempt = attempt - 1, lease_id = null,
+                          worker_id = null, lease_expires_at = null,
+                          started_at = case when attempt = 1 then null else started_at end
+          where id = $1`,
+        [task.id],
+      );
+      return { failed: false, jobId: task.job_id };
+    }
+    await endAttemptTx(tx, task, {
+      state: 'failed',
+      outcome: 'failed',
+      transient: false,
+      error: failure,
+    });
+    return { failed: true, jobId: task.job_id };
+  });
 }

@@ -1,6 +1,12 @@
 export { formatDuration } from '../duration.ts';
 export { cancelJob, cancelJobsTx, cancelPullRequest } from './cancel.ts';
-export { CLAIMED_COLUMNS, type ClaimedTask, type ClaimOptions, claimTask } from './claim.ts';
+export {
+  CLAIMED_COLUMNS,
+  type ClaimedTask,
+  type ClaimOptions,
+  claimTask,
+  releaseClaim,
+} from './claim.ts';
 export {
   type Completion,
   type CompletionResult,
@@ -12,6 +18,7 @@ export {
 } from './complete.ts';
 export {
   type CreatedJob,
+  countCompileAttempt,
   createJob,
   failJob,
   getJob,
@@ -21,7 +28,7 @@ export {
   startJob,
 } from './jobs.ts';
 export { enqueueStatus, shortDescription } from './outbox.ts';
-export { type FollowUpResult, followUp, settleJob } from './progress.ts';
+export { type FollowUpResult, followUp, settleJobAfterCommit } from './progress.ts';
 export { type RerunResult, rerunJob } from './rerun.ts';
 export { purgeExpired, type RetentionOptions, type RetentionSummary } from './retention.ts';
 export { type SweepOptions, type SweepSummary, sweep } from './sweep.ts';

@@ -1,4 +1,11 @@
-import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
+import {
+  type Pool,
+  type Queryable,
+  SQLSTATE,
+  sqlState,
+  statement,
+  transaction,
+} from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import type { JobState, JobTrigger } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
@@ -42,13 +49,17 @@ function supersedes(job: NewJob): boolean {
 
 /**
  * Inserts a pending job with the project's next number, inside the caller's
- * transaction, which must be READ COMMITTED: the project row lock is what
- * serialises creations of one project, and each statement after it must see
- * what the creation before us committed.
+ * transaction. At REPEATABLE READ (createJob, rerunJob) the project row lock
+ * serialises creations of one project: a creation that waited for another's
+ * commit fails with 40001 when the lock is granted, and its retry reads the
+ * new counter and any job with its delivery id. `supersedes` tells the caller
+ * to cancel the older unfinished jobs of the ref once this has committed.
  */
-export async function createJobTx(tx: Queryable, input: NewJob): Promise<CreatedJob> {
-  // Wait for any creation of this project in flight; after this, a racing
-  // delivery with our id has committed its job and the lookup below finds it.
+export async function createJobTx(
+  tx: Queryable,
+  input: NewJob,
+): Promise<{ job: JobRow; duplicate: boolean; supersedes: boolean }> {
+  // Wait for any creation of this project in flight.
   const project = await tx.query<{ cancel_superseded: boolean }>(
     // NO KEY UPDATE is enough to queue creations, and does not block the
     // foreign-key checks of rows that reference the project.
@@ -57,9 +68,10 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
   );
   const settings = project.rows[0];
   if (!settings) throw new NotFoundError(`project "${input.projectId}" does not exist`);
+  const supersede = settings.cancel_superseded && supersedes(input);
   if (input.deliveryId) {
     const existing = await jobByDelivery(tx, input.projectId, input.deliveryId);
-    if (existing) return { job: existing, duplicate: true, superseded: [] };
+    if (existing) return { job: existing, duplicate: true, supersedes: false };
   }
   const counter = await tx.query<{ job_counter: number }>(
     'update projects set job_counter = job_counter + 1 where id = $1 returning job_counter',
@@ -68,7 +80,7 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
   const { rows } = await tx.query<JobRow>(
     `insert into jobs (project_id, number, trigger, ref, sha, base_ref, pull_request, delivery_id,
                        trusted, rerun_of, dispatched_at, compile_attempts)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), 1)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), 0)
      returning *`,
     [
       input.projectId,
@@ -84,38 +96,65 @@ export async function createJobTx(tx: Queryable, input: NewJob): Promise<Created
     ],
   );
   const job = rows[0]!;
-  let superseded: string[] = [];
-  if (settings.cancel_superseded && supersedes(input)) {
-    const older = await tx.query<{ id: string }>(
-      `select id from jobs
-        where project_id = $1 and ref = $2 and number < $3 and state in ('pending', 'running')
-        order by number`,
-      [input.projectId, input.ref, job.number],
-    );
-    superseded = await cancelJobsTx(
-      tx,
-      older.rows.map((r) => r.id),
-      `superseded by job #${job.number}`,
-    );
-  }
-  // After the cancels of superseded jobs, so on a commit they share this row
-  // is the newer. Held back a few seconds: a compile that starts the job at
-  // once replaces it with "running", and the forge sees one status, not two.
+  // Held back a few seconds: a compile that starts the job at once replaces
+  // it with "running", and the forge sees one status, not two.
   await enqueueStatus(tx, job.id, 'pending', 'waiting for the pipeline to be read', 5);
-  return { job, duplicate: false, superseded };
+  return { job, duplicate: false, supersedes: supersede };
+}
+
+/**
+ * Job creation runs at REPEATABLE READ with immediate retries: every creation
+ * of a project but one fails with 40001 each time the project row lock passes
+ * on, so N simultaneous pushes to one project need up to N-1 retries (each a
+ * few statements on one row). The bound is generous for that reason.
+ */
+const CREATE = { isolation: 'repeatable read', immediate: true, maxRetries: 64 } as const;
+
+/** Cancels the older unfinished jobs of `job`'s ref; answers their ids. */
+async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
+  // Its own transaction at READ COMMITTED, after the creation committed: the
+  // cancel writes the running tasks of a busy job, and under a snapshot a
+  // stream of completions on them starved it (40001 on every try), which
+  // would have lost the push. A crash between the two leaves the older job
+  // running to its end: wasted work, nothing wrong.
+  return transaction(
+    pool,
+    async (tx) => {
+      const older = await tx.query<{ id: string }>(
+        `select id from jobs
+          where project_id = $1 and ref = $2 and number < $3 and state in ('pending', 'running')
+          order by number`,
+        [job.project_id, job.ref, job.number],
+      );
+      const cancelled = await cancelJobsTx(
+        tx,
+        older.rows.map((r) => r.id),
+        `superseded by job #${job.number}`,
+      );
+      // The forge keeps one status per commit: a cancelled job of the same
+      // commit must not report, or its "cancelled" would land after the new
+      // job's status (written in the creation's commit, before this one).
+      await tx.query(
+        `delete from status_outbox o using jobs j
+          where j.id = o.job_id and j.id = any($1::uuid[]) and j.sha = $2
+            and o.result is null and o.created_at = now()`,
+        [cancelled, job.sha],
+      );
+      return cancelled;
+    },
+    LOCK_WAITING,
+  );
 }
 
 /**
  * Creates a pending job for a project. A delivery id seen before, even by a
- * creation running at the same moment, answers the existing job.
+ * creation running at the same moment, answers the existing job. A push then
+ * cancels the older unfinished jobs of its ref, when the project says so.
  */
 export async function createJob(pool: Pool, input: NewJob): Promise<CreatedJob> {
+  let created: { job: JobRow; duplicate: boolean; supersedes: boolean };
   try {
-    // READ COMMITTED, not REPEATABLE READ: creations of one project queue on
-    // the project row, and under a snapshot every one of them but the first
-    // would fail with 40001 once the lock is granted (measured: 16 concurrent
-    // pushes to one project exhausted their retries in 17 of 20 rounds).
-    return await transaction(pool, (tx) => createJobTx(tx, input), LOCK_WAITING);
+    created = await transaction(pool, (tx) => createJobTx(tx, input), CREATE);
   } catch (err) {
     // The unique key is the backstop should two first deliveries still meet.
     if (sqlState(err) === SQLSTATE.uniqueViolation && input.deliveryId) {
@@ -124,6 +163,26 @@ export async function createJob(pool: Pool, input: NewJob): Promise<CreatedJob> 
     }
     throw err;
   }
+  const superseded = created.supersedes ? await cancelSuperseded(pool, created.job) : [];
+  return { job: created.job, duplicate: created.duplicate, superseded };
+}
+
+/**
+ * Counts a compile attempt of a pending job as the compile starts: the count
+ * goes with the compile it pays for, never with a dispatch that may not have
+ * happened (a sweep that died after marking the job). Answers the attempts so
+ * far, or null when the job is no longer pending.
+ */
+export async function countCompileAttempt(pool: Pool, jobId: string): Promise<number | null> {
+  // A statement of its own, retried on 40001: two compiles of the job (a
+  // Lambda retry) count two attempts.
+  const rows = await statement<{ compile_attempts: number }>(pool, {
+    text: `update jobs set compile_attempts = compile_attempts + 1
+            where id = $1 and state = 'pending'
+            returning compile_attempts`,
+    values: [jobId],
+  });
+  return rows[0]?.compile_attempts ?? null;
 }
 
 /**

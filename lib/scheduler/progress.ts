@@ -131,49 +131,57 @@ export async function promoteReady(
   return result;
 }
 
-/**
- * Settles a running job with nothing left to do: failed if a task failed or was
- * cancelled without allow_failure, else success. Conditional on 'running', so
- * of two racing settles exactly one moves the row and reports the new state.
- */
-export async function settleJob(db: Queryable, jobId: string): Promise<JobState | null> {
-  // conductor_settle (migrations/002) also records the commit status to post,
-  // with a summary such as "7 passed, 1 allowed to fail", in the same commit.
-  const { rows } = await db.query<{ state: JobState | null }>(
-    prepared('conductor_settle', 'select conductor_settle($1) as state', [jobId]),
-  );
-  return rows[0]?.state ?? null;
-}
-
 export interface FollowUpResult extends PromoteResult {
   /** The job's new state when this follow-up settled it, else null. */
   jobState: JobState | null;
 }
 
 /**
- * The transaction that runs after a task outcome commits: promote the children
- * that became ready, then settle the job if nothing is left.
+ * What runs after a task outcome commits: promote the children that became
+ * ready (failing or skipping those that cannot run), commit that, and then,
+ * when nothing was promoted, settle the job in a statement of its own.
  */
 export async function followUp(
   pool: Pool,
   jobId: string,
   parentId?: string,
 ): Promise<FollowUpResult> {
-  return transaction(
+  const promoted = await transaction(
     pool,
-    async (tx) => {
-      const promoted = await promoteReady(tx, jobId, parentId);
-      const jobState = await settleJob(tx, jobId);
-      return { ...promoted, jobState };
-    },
+    (tx) => promoteReady(tx, jobId, parentId),
     // READ COMMITTED: each statement reads the newest commits, and a
     // conditional write that waited for a racing follow-up (the same child
-    // to promote, the same job to settle) re-checks its row and matches
-    // nothing instead of failing with 40001 and starting over after a back-off.
+    // to promote) re-checks its row and matches nothing instead of failing
+    // with 40001 and starting over after a back-off.
     // Keyed plans: without statistics the planner scanned every task once per
     // candidate child (a fan-out of 1,000 took 0.9 s to promote).
     { isolation: 'read committed', keyedPlans: true, maxRetries: 20 },
   );
+  // A job with a task just queued has work left. Otherwise settle, but only
+  // now: the promotion may have failed or skipped tasks, and a settle inside
+  // that transaction would check "nothing left" before those writes are
+  // visible to anyone. A sibling that finished meanwhile would then see this
+  // child still waiting and not settle either, and the job would be stranded
+  // until the sweep. Opened after the commit, this settle sees the failures
+  // and skips, and every sibling's outcome that committed before it.
+  const jobState = promoted.promoted > 0 ? null : await settleJobAfterCommit(pool, jobId);
+  return { ...promoted, jobState };
+}
+
+/**
+ * Settles a running job with nothing left to do (failed if a task failed or
+ * was cancelled without allow_failure, else success), in a statement of its
+ * own: call it after the writes that finished the job's tasks committed.
+ * Conditional on 'running', so of two racing settles exactly one moves the
+ * row and reports the new state; conductor_settle (migrations/002) also
+ * records the commit status to post, in the same commit.
+ */
+export async function settleJobAfterCommit(pool: Pool, jobId: string): Promise<JobState | null> {
+  const [row] = await statement<{ state: JobState | null }>(
+    pool,
+    prepared('conductor_settle', 'select conductor_settle($1) as state', [jobId]),
+  );
+  return row?.state ?? null;
 }
 
 // The follow-up of a finished task, as one statement in its own transaction:

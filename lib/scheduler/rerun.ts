@@ -1,7 +1,6 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import type { JobState } from '../states.ts';
-import { LOCK_WAITING } from './cancel.ts';
 import { createJobTx, getJob, insertTasksTx } from './jobs.ts';
 import { enqueueStatus } from './outbox.ts';
 import { followUpAfterCommit } from './progress.ts';
@@ -96,9 +95,10 @@ export async function rerunJob(
       );
       return { job: started.rows[0]!, dispatch: false };
     },
-    // READ COMMITTED because createJobTx needs it. Only the first job's
-    // successful tasks are kept, and a finished task no longer changes.
-    LOCK_WAITING,
+    // REPEATABLE READ with immediate retries, as every job creation
+    // (createJobTx). Only the first job's successful tasks are kept, and a
+    // finished task no longer changes.
+    { isolation: 'repeatable read', immediate: true, maxRetries: 64, statementTimeoutMs: 30_000 },
   );
   if (created.dispatch) return { ...created, jobState: null };
   const follow = await followUpAfterCommit(pool, created.job.id);

@@ -25,6 +25,21 @@ export interface SweepOptions {
    * on it until the next sweep. Default 2 s: a row locked that long is busy.
    */
   lockTimeoutMs?: number;
+  /**
+   * When the sweep must stop taking new work (a `Date.now()` value): the
+   * caller's deadline less a margin (the Lambda's remaining time, locally the
+   * interval to the next sweep). Work left is counted in `deferred` and done
+   * by the next sweep. Default: no deadline.
+   */
+  deadline?: number;
+  /**
+   * Starts the compile of a pending job the sweep found lost, right after the
+   * transaction that marked it dispatched committed. The compile counts its
+   * own attempt when it starts, so a sweep that dies between that commit and
+   * this call burns nothing. Without it, lost compiles are only counted in
+   * `compiles_redispatched` and left for a sweep that can dispatch.
+   */
+  dispatch?: (jobId: string) => Promise<void>;
 }
 
 export interface SweepSummary {
@@ -41,7 +56,11 @@ export interface SweepSummary {
   compiles_failed: number;
   /** Repairs that failed; each is logged, and the sweep went on with the rest. */
   errors: number;
-  /** Jobs whose compile the caller must dispatch again. */
+  /** Candidates left for the next sweep because the deadline came first. */
+  deferred: number;
+  /** Steps not started because the deadline had passed (the next sweep runs them). */
+  skipped: string[];
+  /** Jobs whose compile this sweep dispatched again. */
   dispatch: string[];
 }
 
@@ -100,7 +119,7 @@ async function endAttempt(
   );
 }
 
-/** Dispatches a lost compile again, or fails the job once it has had its attempts. */
+/** Marks a lost compile for dispatch again, or fails the job once it has had its attempts. */
 async function redispatch(
   pool: Pool,
   jobId: string,
@@ -128,10 +147,10 @@ async function redispatch(
         await enqueueStatus(tx, jobId, 'error', error);
         return 'failed';
       }
-      await tx.query(
-        `update jobs set dispatched_at = now(), compile_attempts = compile_attempts + 1 where id = $1`,
-        [jobId],
-      );
+      // Only the mark that keeps a concurrent sweep from dispatching it too:
+      // the compile counts its attempt when it starts (countCompileAttempt),
+      // so an attempt is never counted for a dispatch that did not happen.
+      await tx.query(`update jobs set dispatched_at = now() where id = $1`, [jobId]);
       return 'dispatch';
     },
     { lockTimeoutMs },
@@ -160,12 +179,21 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     compiles_redispatched: 0,
     compiles_failed: 0,
     errors: 0,
+    deferred: 0,
+    skipped: [],
     dispatch: [],
   };
+  const outOfTime = () => opts.deadline !== undefined && Date.now() >= opts.deadline;
   // One row that keeps failing (a statement timeout on a huge job, say) must
-  // not stop the repairs after it, in this sweep or the next.
+  // not stop the repairs after it, in this sweep or the next. Past the
+  // deadline no new repair starts: each one left is counted, and the next
+  // sweep finds it again (every candidate query starts from the state).
   const each = async <T>(rows: T[], what: string, repair: (row: T) => Promise<void>) => {
-    for (const row of rows) {
+    for (const [i, row] of rows.entries()) {
+      if (outOfTime()) {
+        summary.deferred += rows.length - i;
+        return;
+      }
       try {
         await repair(row);
       } catch (err) {
@@ -178,7 +206,17 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
 
   // Timeouts first: a task past its timeout whose runner also vanished has
   // used its time, and fails rather than being queued again.
-  const timedOut = await pool.query<{ id: string; lease_id: string }>(
+  const find = async <R extends Record<string, unknown>>(
+    step: string,
+    sql: string,
+    values: unknown[],
+  ): Promise<{ rows: R[] }> => {
+    if (!outOfTime()) return pool.query<R>(sql, values);
+    summary.skipped.push(step);
+    return { rows: [] };
+  };
+  const timedOut = await find<{ id: string; lease_id: string }>(
+    'timeouts',
     `select t.id, t.lease_id
        from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
       where t.state = 'running' and a.started_at + make_interval(secs => t.timeout_s) < now()
@@ -194,7 +232,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     jobsToFollow.add(repair.jobId);
   });
 
-  const expired = await pool.query<{ id: string; lease_id: string }>(
+  const expired = await find<{ id: string; lease_id: string }>(
+    'leases',
     `select id, lease_id from tasks
       where state = 'running' and lease_expires_at < now()
       order by lease_expires_at limit $1`,
@@ -212,7 +251,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
 
   // Ready waiting tasks and running jobs with nothing left: a follow-up that
   // never ran (a crash between the outcome's commit and the follow-up).
-  const stalled = await pool.query<{ job_id: string }>(
+  const stalled = await find<{ job_id: string }>(
+    'follow-ups',
     `(select distinct w.job_id
         from tasks w
        where w.state = 'waiting'
@@ -243,7 +283,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   // A backstop: unfinished tasks of a finished job can never run, and a
   // running one must be told to stop. Cancel and settle are written so this
   // does not happen; if it ever does, the task would sit in the claim index.
-  const orphans = await pool.query<{ job_id: string }>(
+  const orphans = await find<{ job_id: string }>(
+    'orphans',
     `select distinct t.job_id
        from tasks t join jobs j on j.id = t.job_id
       where t.state in ('waiting', 'queued', 'running')
@@ -261,7 +302,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     );
   });
 
-  const pending = await pool.query<{ id: string }>(
+  const pending = await find<{ id: string }>(
+    'compiles',
     `select id from jobs
       where state = 'pending'
         and (dispatched_at is null or dispatched_at < now() - make_interval(secs => $1))
@@ -274,6 +316,10 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     if (result === 'dispatch') {
       summary.compiles_redispatched++;
       summary.dispatch.push(row.id);
+      // Right after its own commit, not after the whole sweep: a sweep that
+      // stops (its deadline, a crash) leaves no marked job undispatched but
+      // this one, and that one is dispatched again once it is stale.
+      await opts.dispatch?.(row.id);
     } else if (result === 'failed') {
       summary.compiles_failed++;
     }

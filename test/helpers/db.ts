@@ -5,7 +5,12 @@ import { randomBytes } from 'node:crypto';
 import { basename } from 'node:path';
 import { after, afterEach } from 'node:test';
 import { createPool, migrate, type Pool } from '../../lib/db/index.ts';
-import { createDatabase, dropDatabase, withDatabase } from '../../lib/local/postgres.ts';
+import {
+  adminQuery,
+  createDatabase,
+  dropDatabase,
+  withDatabase,
+} from '../../lib/local/postgres.ts';
 
 export interface TestDatabase {
   name: string;
@@ -42,6 +47,19 @@ export async function testDatabase(
   const name = `${prefix}${stem}_${randomBytes(4).toString('hex')}`;
   const server = adminUrl();
   await createDatabase(server, name);
+  // The code sets the isolation it needs; running the suite with the
+  // database's default set otherwise (read committed, repeatable read,
+  // serializable) checks that nothing depends on the server's default.
+  const isolation = process.env.CONDUCTOR_TEST_DEFAULT_ISOLATION;
+  if (isolation) {
+    if (!/^(read committed|repeatable read|serializable)$/.test(isolation)) {
+      throw new Error(`CONDUCTOR_TEST_DEFAULT_ISOLATION: unknown level "${isolation}"`);
+    }
+    await adminQuery(
+      withDatabase(server, 'postgres'),
+      `alter database "${name}" set default_transaction_isolation = '${isolation}'`,
+    );
+  }
   const url = withDatabase(server, name);
   const pool = createPool({ url, max: opts.poolMax ?? 20 });
   if (opts.migrate ?? true) await migrate(pool);

@@ -131,8 +131,10 @@ function addSweep(s: SweepSummary): void {
 }
 
 function changedNothing(s: SweepSummary): boolean {
-  const { dispatch, ...counts } = s;
-  return dispatch.length === 0 && Object.values(counts).every((n) => n === 0);
+  const { dispatch, skipped, ...counts } = s;
+  return (
+    dispatch.length === 0 && skipped.length === 0 && Object.values(counts).every((n) => n === 0)
+  );
 }
 
 function outputsFor(task: ClaimedTask, rng: Random | null): Record<string, string> {
