@@ -135,9 +135,15 @@ function track(child: ChildProcess): void {
 }
 
 /** Runs one of the cluster's binaries (as the postgres user when we are root). */
-function spawnBinary(place: Placement, name: string, args: string[]): ChildProcess {
+function spawnBinary(
+  place: Placement,
+  name: string,
+  args: string[],
+  detached = false,
+): ChildProcess {
   return spawn(join(place.native, 'bin', name), args, {
     ...place.user,
+    detached,
     // A directory the server's user can enter: ours may be out of its reach.
     cwd: dirname(place.dataDir),
     // English messages: readiness is read from the server's log.
@@ -205,7 +211,14 @@ function startServer(
   flags: string[],
   log: (line: string) => void,
 ): Promise<ChildProcess> {
-  const child = spawnBinary(place, 'postgres', ['-D', place.dataDir, '-p', String(port), ...flags]);
+  // Detached, in a process group of its own: Ctrl-C reaches only us, and we
+  // stop the server after our own connections are closed (see onSignal).
+  const child = spawnBinary(
+    place,
+    'postgres',
+    ['-D', place.dataDir, '-p', String(port), ...flags],
+    true,
+  );
   track(child);
   return new Promise((done, fail) => {
     const output = lastLines(child, (line) => {
