@@ -40,6 +40,14 @@ export interface SweepOptions {
    * `compiles_redispatched` and left for a sweep that can dispatch.
    */
   dispatch?: (jobId: string) => Promise<void>;
+  /**
+   * Find, count and write nothing: each count is then the candidates the
+   * sweep would repair (leases_expired, tasks_timed_out; jobs_settled counts
+   * jobs with a ready child or nothing left; tasks_cancelled, finished jobs
+   * with unfinished tasks; compiles_redispatched, lost compiles). For tests
+   * and for an operator's look.
+   */
+  dryRun?: boolean;
 }
 
 export interface SweepSummary {
@@ -223,6 +231,10 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       limit $1`,
     [batch],
   );
+  if (opts.dryRun) {
+    summary.tasks_timed_out = timedOut.rows.length;
+    timedOut.rows = [];
+  }
   await each(timedOut.rows, 'timing out a task', async (row) => {
     const repair = await endAttempt(pool, row.id, row.lease_id, 'timed_out', lockTimeoutMs);
     if (!repair) return;
@@ -239,6 +251,10 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       order by lease_expires_at limit $1`,
     [batch],
   );
+  if (opts.dryRun) {
+    summary.leases_expired = expired.rows.length;
+    expired.rows = [];
+  }
   await each(expired.rows, 'expiring a lease', async (row) => {
     const repair = await endAttempt(pool, row.id, row.lease_id, 'lost', lockTimeoutMs);
     if (!repair) return;
@@ -272,6 +288,10 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   );
   for (const row of stalled.rows) jobsToFollow.add(row.job_id);
 
+  if (opts.dryRun) {
+    summary.jobs_settled = jobsToFollow.size;
+    jobsToFollow.clear();
+  }
   await each([...jobsToFollow], 'following up a job', async (jobId) => {
     const follow = await followUp(pool, jobId);
     summary.tasks_promoted += follow.promoted;
@@ -293,6 +313,10 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       limit $1`,
     [batch],
   );
+  if (opts.dryRun) {
+    summary.tasks_cancelled = orphans.rows.length;
+    orphans.rows = [];
+  }
   await each(orphans.rows, 'stopping the tasks of a finished job', async (row) => {
     summary.tasks_cancelled += await transaction(
       pool,
@@ -311,6 +335,10 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       limit $2`,
     [staleS, batch],
   );
+  if (opts.dryRun) {
+    summary.compiles_redispatched = pending.rows.length;
+    pending.rows = [];
+  }
   await each(pending.rows, 'dispatching a compile again', async (row) => {
     const result = await redispatch(pool, row.id, staleS, maxCompileAttempts, lockTimeoutMs);
     if (result === 'dispatch') {
