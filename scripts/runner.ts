@@ -1,4 +1,4 @@
-// `npm run runner -- --url URL --token TOKEN [options]`: the reference runner (see docs/runner.md).
+// `npm run runner -- --url URL --token-file PATH [options]`: the reference runner (see docs/runner.md).
 import { runnerMain } from '../lib/runner/cli.ts';
 
 const code = await runnerMain(process.argv.slice(2), {

@@ -1,15 +1,22 @@
-// `npm run runner -- --url URL --token TOKEN [options]`: parses the command
-// line, starts a runner, and turns SIGTERM and SIGINT into a graceful stop.
+// `npm run runner -- --url URL --token-file PATH [options]`: parses the
+// command line, starts a runner, and turns SIGTERM and SIGINT into a graceful stop.
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
-import { type Runner, type RunnerOptions, startRunner } from './index.ts';
+import { optionConflict, type Runner, type RunnerOptions, startRunner } from './index.ts';
+import { forgetToken, readTokenFile, TOKEN_VARIABLE } from './token.ts';
 
-export const USAGE = `usage: npm run runner -- --url URL --token TOKEN [options]
-       npx conductor-runner --url URL --token TOKEN [options]
+export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [options]
+       npx conductor-runner --url URL --token-file PATH [options]
 
   --url URL            the control plane (default $CONDUCTOR_URL)
-  --token TOKEN        the worker token from POST /v1/workers (default
-                       $CONDUCTOR_RUNNER_TOKEN; the variable keeps it out of ps)
+  --token-file PATH    a file holding the worker token from POST /v1/workers,
+                       readable by the runner's user alone (or the token in
+                       $CONDUCTOR_RUNNER_TOKEN)
+  --run-as USER        run the shell executor's scripts as USER (the runner
+                       must be root): the only way scripts on this host cannot
+                       read the worker token
+  --untrusted          this runner runs untrusted code: refuse the shell
+                       executor without --run-as
   --labels a,b         claim only tasks these labels satisfy (a subset of the
                        worker's registered labels; default all of them)
   --concurrency N      tasks run at once (default 1)
@@ -36,7 +43,9 @@ export const RunnerArgsSchema = z.object({
   url: z
     .string({ error: '--url (or $CONDUCTOR_URL) is required' })
     .regex(/^https?:\/\/\S+$/, '--url must be an http:// or https:// URL'),
-  token: z.string({ error: '--token (or $CONDUCTOR_RUNNER_TOKEN) is required' }).min(1),
+  'token-file': z.string().min(1, '--token-file must name a file').optional(),
+  'run-as': z.string().min(1, '--run-as must name a user').optional(),
+  untrusted: z.boolean().default(false),
   labels: z
     .string()
     .optional()
@@ -65,14 +74,24 @@ export const RunnerArgsSchema = z.object({
   'http-timeout-s': seconds('http-timeout-s', 1).default(30),
 });
 
-/** Turns a command line (and the environment's defaults) into runner options. */
-export function parseRunnerArgs(argv: string[], env: NodeJS.ProcessEnv): RunnerOptions {
+/**
+ * Turns a command line (and the environment's defaults) into runner options,
+ * reading the token from --token-file or $CONDUCTOR_RUNNER_TOKEN.
+ */
+export async function parseRunnerArgs(
+  argv: string[],
+  env: NodeJS.ProcessEnv,
+): Promise<RunnerOptions> {
   const { values } = parseArgs({
     args: argv,
     allowPositionals: false,
     options: {
       url: { type: 'string' },
+      // Known only to be refused with a reason, rather than as an unknown option.
       token: { type: 'string' },
+      'token-file': { type: 'string' },
+      'run-as': { type: 'string' },
+      untrusted: { type: 'boolean' },
       labels: { type: 'string' },
       concurrency: { type: 'string' },
       workdir: { type: 'string' },
@@ -86,16 +105,32 @@ export function parseRunnerArgs(argv: string[], env: NodeJS.ProcessEnv): RunnerO
     },
   });
   if (values.help) throw new HelpRequested();
+  if (values.token !== undefined) {
+    // Every process on the host can read a command line (/proc/<pid>/cmdline,
+    // ps), and so can the scripts this runner starts, whatever their user.
+    throw new Error(
+      `--token is not accepted: a command line is readable by every process on this host; put the token in a file for --token-file, or in $${TOKEN_VARIABLE}`,
+    );
+  }
   const parsed = RunnerArgsSchema.safeParse({
     ...values,
     url: values.url ?? (env.CONDUCTOR_URL || undefined),
-    token: values.token ?? (env.CONDUCTOR_RUNNER_TOKEN || undefined),
   });
   if (!parsed.success) throw new Error(parsed.error.issues.map((i) => i.message).join('; '));
   const a = parsed.data;
-  return {
+  const fromEnv = env[TOKEN_VARIABLE] || undefined;
+  if (a['token-file'] && fromEnv) {
+    throw new Error(`give the worker token once: --token-file or $${TOKEN_VARIABLE}, not both`);
+  }
+  if (!a['token-file'] && !fromEnv) {
+    throw new Error(`--token-file (or $${TOKEN_VARIABLE}) is required`);
+  }
+  const options: RunnerOptions = {
     url: a.url,
-    token: a.token,
+    token: a['token-file'] ? await readTokenFile(a['token-file']) : fromEnv!,
+    ...(a['token-file'] ? { tokenFile: a['token-file'] } : {}),
+    ...(a['run-as'] ? { runAs: a['run-as'] } : {}),
+    ...(a.untrusted ? { untrusted: true } : {}),
     ...(a.labels ? { labels: a.labels } : {}),
     concurrency: a.concurrency,
     ...(a.workdir ? { workdir: a.workdir } : {}),
@@ -106,6 +141,9 @@ export function parseRunnerArgs(argv: string[], env: NodeJS.ProcessEnv): RunnerO
     killGraceMs: a['kill-grace-s'] * 1000,
     httpTimeoutMs: a['http-timeout-s'] * 1000,
   };
+  const conflict = optionConflict(options);
+  if (conflict) throw new Error(conflict);
+  return options;
 }
 
 class HelpRequested extends Error {}
@@ -126,7 +164,7 @@ export interface CliIo {
 export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
   let options: RunnerOptions;
   try {
-    options = parseRunnerArgs(argv, io.env);
+    options = await parseRunnerArgs(argv, io.env);
   } catch (err) {
     if (err instanceof HelpRequested) {
       io.err(USAGE);
@@ -137,7 +175,16 @@ export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
   }
   let runner: Runner;
   try {
-    runner = await startRunner(options);
+    // Before any script can start: gone from what children inherit, and from
+    // this process's /proc/<pid>/environ.
+    try {
+      forgetToken(io.env, options.token);
+    } catch (err) {
+      throw new Error(
+        `could not remove the worker token from this process's environment (${err instanceof Error ? err.message : err}); use --token-file`,
+      );
+    }
+    runner = await startRunner({ ...options, env: io.env });
   } catch (err) {
     io.err(`conductor-runner: ${err instanceof Error ? err.message : String(err)}`);
     return 1;

@@ -49,21 +49,52 @@ const GIT_LOCATION = new Set([
   'GIT_PREFIX',
 ]);
 
+function holdsAny(value: string, hidden: string[]): boolean {
+  return hidden.some((h) => h.length > 0 && value.includes(h));
+}
+
 /**
- * The runner's own environment as scripts and git inherit it on the host:
- * without any `CONDUCTOR_*` variable (the runner's configuration), without any
- * variable holding one of `hidden` (the worker token, the control plane's URL)
- * and without the variables that would point git elsewhere.
+ * The environment the runner's own tools (git, the docker CLI) run with: the
+ * runner's, without any `CONDUCTOR_*` variable (its configuration), without
+ * any variable holding one of `hidden` (the worker token, the control plane's
+ * URL) and without the variables that would point git elsewhere. Scripts never
+ * see it.
  */
-export function hostEnvironment(env: NodeJS.ProcessEnv, hidden: string[]): Record<string, string> {
-  const secrets = hidden.filter((v) => v.length > 0);
+export function toolEnvironment(env: NodeJS.ProcessEnv, hidden: string[]): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(env)) {
     if (value === undefined) continue;
     if (name.startsWith('CONDUCTOR_') || GIT_LOCATION.has(name)) continue;
-    if (secrets.some((s) => value.includes(s))) continue;
+    if (holdsAny(value, hidden)) continue;
     out[name] = value;
   }
+  return out;
+}
+
+/** The variables a script on the host takes from the runner's environment, when set there. */
+export const PASSED_VARIABLES = ['PATH', 'LANG', 'LC_ALL', 'TZ'] as const;
+
+const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/**
+ * The environment a script on the host starts from, built from scratch rather
+ * than inherited: `PASSED_VARIABLES` from the runner's environment (unless one
+ * holds one of `hidden`), and HOME, USER and LOGNAME of the user the script
+ * runs as. The task's variables go on top (taskVariables).
+ */
+export function scriptEnvironment(
+  env: NodeJS.ProcessEnv,
+  user: { name: string; home: string },
+  hidden: string[],
+): Record<string, string> {
+  const out: Record<string, string> = { PATH: DEFAULT_PATH };
+  for (const name of PASSED_VARIABLES) {
+    const value = env[name];
+    if (value && !holdsAny(value, hidden)) out[name] = value;
+  }
+  out.HOME = user.home;
+  out.USER = user.name;
+  out.LOGNAME = user.name;
   return out;
 }
 

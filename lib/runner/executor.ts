@@ -1,9 +1,10 @@
 // Where a script runs: on the host (shell), or in its task's image (docker).
-import { chmod, writeFile } from 'node:fs/promises';
+import { chmod, chown, lstat, rm, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { exportFile, taskVariables } from './env.ts';
 import { type Exit, run, spawnGroup } from './process.ts';
 import type { Task } from './protocol.ts';
+import { chownTree, type RunAs } from './runas.ts';
 import { wrapperScript } from './script.ts';
 
 export type ExecutorKind = 'shell' | 'docker';
@@ -11,12 +12,12 @@ export type ExecutorKind = 'shell' | 'docker';
 /** One task's script about to start. */
 export interface ScriptJob {
   task: Task;
+  /** The task's directory, holding `workspace` and `metaDir`. */
+  taskDir: string;
   /** The checkout, on the host. */
   workspace: string;
   /** A directory of the runner's for the script file, the outputs file and the like, on the host. */
   metaDir: string;
-  /** The host environment the shell executor's scripts (and the docker client) start from. */
-  hostEnv: Record<string, string>;
   onOutput: (text: string) => boolean;
   onPaused: (resume: () => void) => void;
 }
@@ -37,22 +38,46 @@ export interface Execution {
 export interface Executor {
   readonly kind: ExecutorKind;
   start(job: ScriptJob): Promise<Execution>;
+  /** Removes a task's directory and everything in it, once the task is over. */
+  remove(taskDir: string): Promise<void>;
 }
 
-/** Runs scripts with bash on the runner's own host; a task's image is ignored. */
-export function shellExecutor(): Executor {
+const removeAll = (dir: string) => rm(dir, { recursive: true, force: true });
+
+/**
+ * Runs scripts with bash on the runner's own host (a task's image is
+ * ignored), from `env` and the task's variables. With `runAs`, as that user:
+ * the workspace and the two files the script writes are given to it, the
+ * task's directories stay the runner's (so the script cannot swap the files
+ * the runner reads afterwards for links elsewhere), and the script's leftovers
+ * are removed as that user too.
+ */
+export function shellExecutor(opts: { env: Record<string, string>; runAs?: RunAs }): Executor {
+  const who = opts.runAs;
   return {
     kind: 'shell',
     async start(job) {
       const outputFile = join(job.metaDir, 'output');
       const lineFile = join(job.metaDir, 'line');
       const scriptFile = join(job.metaDir, 'script.sh');
-      await writeFile(outputFile, '');
-      await writeFile(scriptFile, wrapperScript(job.task.script, { lineFile }));
+      await writeFile(outputFile, '', { mode: 0o600 });
+      await writeFile(lineFile, '', { mode: 0o600 });
+      await writeFile(scriptFile, wrapperScript(job.task.script, { lineFile }), { mode: 0o644 });
+      if (who) {
+        // Until now the task's directory was the runner's alone (mkdtemp: 0700),
+        // so nothing of the user's could race the checkout or this chown.
+        await chownTree(job.workspace, who);
+        await chown(outputFile, who.uid, who.gid);
+        await chown(lineFile, who.uid, who.gid);
+        await chmod(job.metaDir, 0o711);
+        await chmod(scriptFile, 0o644);
+        await chmod(job.taskDir, 0o711);
+      }
       const vars = taskVariables(job.task, { workspace: job.workspace, outputFile });
       const group = spawnGroup('bash', [scriptFile], {
         cwd: job.workspace,
-        env: { ...job.hostEnv, ...vars },
+        env: { ...opts.env, ...vars },
+        ...(who ? { uid: who.uid, gid: who.gid } : {}),
         onOutput: job.onOutput,
         onPaused: job.onPaused,
       });
@@ -63,6 +88,34 @@ export function shellExecutor(): Executor {
         stop: (graceMs) => group.kill(graceMs),
         infrastructureFailure: () => false,
       };
+    },
+    async remove(taskDir) {
+      const workspace = join(taskDir, 'workspace');
+      const owner = await lstat(workspace).then(
+        (s) => s.uid,
+        () => undefined,
+      );
+      if (!who || owner !== who.uid) return removeAll(taskDir);
+      // The runner is root, and a process the script left running may still
+      // change the workspace: a recursive removal as root could be led
+      // through a link swapped in mid-way and delete elsewhere. As the user,
+      // such a race reaches only the user's own files; the runner then
+      // removes only what the user could never write to.
+      await run('rm', ['-rf', '--', workspace], {
+        env: opts.env,
+        uid: who.uid,
+        gid: who.gid,
+        timeoutMs: 120_000,
+      });
+      try {
+        await rmdir(workspace);
+      } catch (err) {
+        throw new Error(
+          `the workspace was not empty after ${who.name} emptied it (a process the script left running?): ${(err as Error).message}`,
+        );
+      }
+      await removeAll(join(taskDir, 'conductor'));
+      await rmdir(taskDir);
     },
   };
 }
@@ -170,7 +223,7 @@ export async function dockerExecutor(opts: {
           workspace: job.workspace,
           metaDir: job.metaDir,
         }),
-        { env: job.hostEnv, onOutput: job.onOutput, onPaused: job.onPaused },
+        { env: opts.env, onOutput: job.onOutput, onPaused: job.onPaused },
       );
       return {
         exited: group.exited,
@@ -179,7 +232,7 @@ export async function dockerExecutor(opts: {
         stop(graceMs) {
           // The container is the daemon's child, not ours: stop it by name.
           void run(docker, ['stop', '--time', String(Math.ceil(graceMs / 1000)), name], {
-            env: job.hostEnv,
+            env: opts.env,
             timeoutMs: graceMs + 10_000,
           });
           group.kill(graceMs + 5_000);
@@ -187,5 +240,6 @@ export async function dockerExecutor(opts: {
         infrastructureFailure: (exit) => exit.code === DOCKER_RUN_FAILED,
       };
     },
+    remove: removeAll,
   };
 }

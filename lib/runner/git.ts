@@ -37,6 +37,15 @@ export function mayCarryToken(url: string): boolean {
 }
 
 /**
+ * The Basic credential for a clone token. x-access-token is what GitHub
+ * documents for app and personal tokens; Gitea takes a token as the password
+ * with any user name.
+ */
+export function basicCredential(token: string): string {
+  return Buffer.from(`x-access-token:${token}`).toString('base64');
+}
+
+/**
  * The environment git runs with: the clone token, when there is one, becomes
  * an `http.extraHeader` given through GIT_CONFIG_* variables, so it is on no
  * command line (`ps`) and in no URL (git prints URLs in its messages).
@@ -44,12 +53,9 @@ export function mayCarryToken(url: string): boolean {
 export function gitEnvironment(base: Record<string, string>, repo: Repo): Record<string, string> {
   const env: Record<string, string> = { ...base, GIT_TERMINAL_PROMPT: '0' };
   if (repo.token && mayCarryToken(repo.url)) {
-    // Basic with x-access-token is what GitHub documents for app and personal
-    // tokens; Gitea takes a token as the password with any user name.
-    const basic = Buffer.from(`x-access-token:${repo.token}`).toString('base64');
     env.GIT_CONFIG_COUNT = '1';
     env.GIT_CONFIG_KEY_0 = 'http.extraHeader';
-    env.GIT_CONFIG_VALUE_0 = `Authorization: Basic ${basic}`;
+    env.GIT_CONFIG_VALUE_0 = `Authorization: Basic ${basicCredential(repo.token)}`;
   }
   return env;
 }

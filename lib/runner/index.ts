@@ -3,14 +3,15 @@
 //   ...
 //   await runner.stop(); // as on SIGTERM: finish within the grace period, give back the rest
 import { mkdir } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
 import { log as defaultLog } from '../log.ts';
 import { Backoff, pause } from './backoff.ts';
 import { isRetryable, MalformedTaskError, RunnerClient } from './client.ts';
-import { hostEnvironment } from './env.ts';
+import { scriptEnvironment, toolEnvironment } from './env.ts';
 import type { Logger, RunnerEvent } from './events.ts';
 import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from './executor.ts';
+import { type RunAs, resolveRunAs } from './runas.ts';
 import { TaskRun } from './task.ts';
 
 export { HttpStatusError, RunnerClient } from './client.ts';
@@ -23,6 +24,16 @@ export interface RunnerOptions {
   url: string;
   /** The worker token (from `POST /v1/workers`). */
   token: string;
+  /** The file the token was read from; with `runAs`, the runner refuses to start if that user can read it. */
+  tokenFile?: string;
+  /**
+   * The shell executor's scripts run as this user (a name or a uid): the
+   * runner must be root. The only way the shell executor keeps the worker
+   * token from scripts (docs/runner.md).
+   */
+  runAs?: string;
+  /** This runner runs untrusted code: it refuses the shell executor without `runAs`. */
+  untrusted?: boolean;
   /** Narrows the worker's registered labels; unset claims with all of them. */
   labels?: string[];
   /** Tasks run at once. Default 1. */
@@ -51,7 +62,11 @@ export interface RunnerOptions {
   logFlushMs?: number;
   /** …or as soon as this many bytes wait, and no chunk is larger. Default 64 KiB. */
   logChunkBytes?: number;
-  /** The environment scripts inherit on the host (sanitised). Default process.env. */
+  /**
+   * The runner's environment. git and the docker CLI run with it (sanitised:
+   * toolEnvironment); a script on the host takes only PATH, LANG, LC_ALL and
+   * TZ from it (scriptEnvironment). Default process.env.
+   */
   env?: NodeJS.ProcessEnv;
   /** Task started, log chunk sent, task finished. */
   onEvent?: (event: RunnerEvent) => void;
@@ -75,7 +90,33 @@ export interface Runner {
   running(): number;
 }
 
-/** Starts a runner; rejects at once when it cannot run (no Docker engine for --executor docker). */
+/** Why these options cannot run together, or undefined when they can. */
+export function optionConflict(o: Pick<RunnerOptions, 'executor' | 'runAs' | 'untrusted'>) {
+  const shell = (o.executor ?? 'shell') === 'shell';
+  if (o.untrusted && shell && !o.runAs) {
+    return "--untrusted refuses the shell executor without --run-as USER: scripts under the runner's own uid can read its worker token (use --executor docker, or --run-as)";
+  }
+  if (o.runAs && !shell) {
+    return '--run-as is for the shell executor; the docker executor runs scripts in containers';
+  }
+  return undefined;
+}
+
+/** The user the runner itself runs as: whom scripts run as without runAs. */
+function currentUser(env: NodeJS.ProcessEnv): { name: string; home: string } {
+  try {
+    const me = userInfo();
+    return { name: me.username, home: env.HOME || me.homedir };
+  } catch {
+    // A uid with no passwd entry (a container started with --user 1234).
+    return { name: String(process.getuid?.() ?? ''), home: env.HOME || '/' };
+  }
+}
+
+/**
+ * Starts a runner; rejects at once when it cannot run (no Docker engine for
+ * --executor docker, a --run-as user scripts cannot run as).
+ */
 export async function startRunner(options: RunnerOptions): Promise<Runner> {
   if (!options.url) throw new Error('the control plane URL is required');
   if (!options.token) throw new Error('the worker token is required');
@@ -83,21 +124,33 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
   if (!Number.isInteger(concurrency) || concurrency < 1) {
     throw new Error(`concurrency must be a whole number of at least 1, got ${concurrency}`);
   }
+  const conflict = optionConflict(options);
+  if (conflict) throw new Error(conflict);
   const log = options.log ?? defaultLog;
-  const hostEnv = hostEnvironment(options.env ?? process.env, [
-    options.token,
-    options.url.replace(/\/+$/, ''),
-  ]);
+  const env = options.env ?? process.env;
+  const hidden = [options.token, options.url.replace(/\/+$/, '')];
+  const toolEnv = toolEnvironment(env, hidden);
+  const workdir = resolve(options.workdir ?? join(tmpdir(), 'conductor-runner'));
+  await mkdir(workdir, { recursive: true });
+  let runAs: RunAs | undefined;
+  if (options.runAs) {
+    runAs = await resolveRunAs(options.runAs, {
+      workdir,
+      env: toolEnv,
+      ...(options.tokenFile ? { tokenFile: resolve(options.tokenFile) } : {}),
+    });
+  }
   const executor: Executor =
     options.executor === 'docker'
       ? await dockerExecutor({
           defaultImage: options.defaultImage ?? 'debian:bookworm-slim',
-          env: hostEnv,
+          env: toolEnv,
           ...(options.dockerCommand ? { command: options.dockerCommand } : {}),
         })
-      : shellExecutor();
-  const workdir = resolve(options.workdir ?? join(tmpdir(), 'conductor-runner'));
-  await mkdir(workdir, { recursive: true });
+      : shellExecutor({
+          env: scriptEnvironment(env, runAs ?? currentUser(env), hidden),
+          ...(runAs ? { runAs } : {}),
+        });
 
   const runner = new PollingRunner(options, {
     client: new RunnerClient({
@@ -108,7 +161,7 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     }),
     executor,
     workdir,
-    hostEnv,
+    toolEnv,
     concurrency,
     log,
   });
@@ -118,7 +171,15 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     concurrency,
     executor: executor.kind,
     workdir,
+    run_as: runAs?.name ?? null,
+    untrusted: options.untrusted ?? false,
   });
+  if (executor.kind === 'shell' && !runAs && process.getuid?.() === 0) {
+    log(
+      'warn',
+      'scripts run as root: they can read the worker token and all else on this host; give --run-as USER (docs/runner.md#keeping-the-token-from-scripts)',
+    );
+  }
   return runner;
 }
 
@@ -126,7 +187,7 @@ interface Parts {
   client: RunnerClient;
   executor: Executor;
   workdir: string;
-  hostEnv: Record<string, string>;
+  toolEnv: Record<string, string>;
   concurrency: number;
   log: Logger;
 }
@@ -260,7 +321,8 @@ class PollingRunner implements Runner {
       client: this.parts.client,
       executor: this.parts.executor,
       workdir: this.parts.workdir,
-      hostEnv: this.parts.hostEnv,
+      toolEnv: this.parts.toolEnv,
+      masks: [o.token],
       killGraceMs: o.killGraceMs ?? 5_000,
       logFlushMs: o.logFlushMs ?? 1_000,
       logChunkBytes: o.logChunkBytes ?? 64 * 1024,

@@ -12,6 +12,9 @@ export interface Exit {
 export interface GroupOptions {
   cwd?: string;
   env: Record<string, string>;
+  /** Run as this uid and gid (the runner must be root); the child keeps no supplementary groups. */
+  uid?: number;
+  gid?: number;
   /** Receives the output as text; answering false pauses reading until `resume` is called. */
   onOutput: (text: string) => boolean;
   /** Called after onOutput answered false; call the function it is given to read on. */
@@ -41,6 +44,9 @@ export function spawnGroup(command: string, args: string[], opts: GroupOptions):
   const child: ChildProcess = spawn(command, args, {
     cwd: opts.cwd,
     env: opts.env,
+    // libuv drops the supplementary groups (setgroups(0)) before setgid and setuid.
+    ...(opts.uid === undefined ? {} : { uid: opts.uid }),
+    ...(opts.gid === undefined ? {} : { gid: opts.gid }),
     // A new session and process group whose id is the child's pid.
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -109,12 +115,17 @@ export interface RunResult extends Exit {
 export async function run(
   command: string,
   args: string[],
-  opts: { cwd?: string; env: Record<string, string>; signal?: AbortSignal; timeoutMs?: number },
+  opts: Pick<GroupOptions, 'cwd' | 'env' | 'uid' | 'gid'> & {
+    signal?: AbortSignal;
+    timeoutMs?: number;
+  },
 ): Promise<RunResult> {
   let output = '';
   const group = spawnGroup(command, args, {
     env: opts.env,
     ...(opts.cwd ? { cwd: opts.cwd } : {}),
+    ...(opts.uid === undefined ? {} : { uid: opts.uid }),
+    ...(opts.gid === undefined ? {} : { gid: opts.gid }),
     onOutput: (text) => {
       // Enough to explain a failure; a command that talks more is cut.
       if (output.length < 64 * 1024) output += text;

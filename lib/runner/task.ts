@@ -1,14 +1,14 @@
 // One claimed attempt of a task, from its workspace to its reported outcome:
 // fetch the commit, run the script, stream the log, heartbeat the lease, stop
 // on cancel, timeout, shutdown or a lost lease, then complete.
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatDuration } from '../duration.ts';
 import { Backoff } from './backoff.ts';
 import { HttpStatusError, type RunnerClient } from './client.ts';
 import type { Logger, RunnerEvent, TaskRef } from './events.ts';
 import type { Execution, Executor } from './executor.ts';
-import { CheckoutError, checkout, redactUrl } from './git.ts';
+import { basicCredential, CheckoutError, checkout, redactUrl } from './git.ts';
 import { LogStream, maskList, maskText } from './logstream.ts';
 import { OutputsError, parseOutputs } from './outputs.ts';
 import type { Exit } from './process.ts';
@@ -19,8 +19,10 @@ export interface TaskRunContext {
   client: RunnerClient;
   executor: Executor;
   workdir: string;
-  /** The sanitised host environment (see hostEnvironment). */
-  hostEnv: Record<string, string>;
+  /** The environment git runs with (see toolEnvironment). */
+  toolEnv: Record<string, string>;
+  /** Values never to appear in a log or an error (the worker token), beside the task's secrets. */
+  masks: string[];
   /** Between SIGTERM and SIGKILL when a script is stopped. */
   killGraceMs: number;
   logFlushMs: number;
@@ -78,8 +80,10 @@ export class TaskRun {
   ) {
     this.ref = { task_id: task.id, job_id: task.job_id, name: task.name, attempt: task.attempt };
     this.masks = maskList([
+      ...ctx.masks,
       ...Object.values(task.secrets),
-      ...(task.repo.token ? [task.repo.token] : []),
+      // The clone token, and the header git sends it in (should git print it).
+      ...(task.repo.token ? [task.repo.token, basicCredential(task.repo.token)] : []),
     ]);
     this.logs = new LogStream(
       (offset, data, signal) =>
@@ -155,8 +159,12 @@ export class TaskRun {
     this.finished = true;
     clearTimeout(this.heartbeatTimer);
     if (taskDir) {
-      await rm(taskDir, { recursive: true, force: true }).catch((err) =>
-        ctx.log('warn', 'could not remove the workspace', { task_id: task.id, dir: taskDir, err }),
+      await ctx.executor.remove(taskDir).catch((err) =>
+        ctx.log('warn', 'could not remove the workspace', {
+          task_id: task.id,
+          dir: taskDir,
+          err,
+        }),
       );
     }
 
@@ -193,7 +201,7 @@ export class TaskRun {
     if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
 
     try {
-      await checkout(task.repo, workspace, { env: ctx.hostEnv, signal: this.abort.signal });
+      await checkout(task.repo, workspace, { env: ctx.toolEnv, signal: this.abort.signal });
     } catch (err) {
       if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
       if (err instanceof CheckoutError && err.output) this.logs.write(err.output);
@@ -206,9 +214,9 @@ export class TaskRun {
     try {
       execution = await ctx.executor.start({
         task,
+        taskDir,
         workspace,
         metaDir,
-        hostEnv: ctx.hostEnv,
         onOutput: (text) => this.logs.write(text),
         onPaused: (resume) => void this.logs.whenDrained().then(resume),
       });

@@ -11,12 +11,12 @@ import { childRunner, Fixture, groupAlive, killGroup, tempDir, waitFor } from '.
 // A short lease, so a runner that vanished is noticed within seconds.
 const stack = await testStack(import.meta.filename, { CONDUCTOR_LEASE_S: '2' });
 
-function runnerArgs(f: Fixture, ...more: string[]): string[] {
+async function runnerArgs(f: Fixture, ...more: string[]): Promise<string[]> {
   return [
     '--url',
     stack.url,
-    '--token',
-    f.token,
+    '--token-file',
+    await f.tokenFile(),
     '--poll-max-s',
     '0.3',
     '--kill-grace-s',
@@ -43,7 +43,9 @@ const SECOND_ATTEMPT_ONLY = (dir: string, words: string) => `
 test('a task whose runner was SIGKILLed is requeued by the sweep after its lease and finished by another runner', async () => {
   const dir = await tempDir('conductor-runner-kill-');
   const f = await Fixture.create(stack, 'killed', `  work:${SECOND_ATTEMPT_ONLY(dir, 'done')}`);
-  const first = childRunner(runnerArgs(f, '--workdir', await tempDir('conductor-runner-w1-')));
+  const first = childRunner(
+    await runnerArgs(f, '--workdir', await tempDir('conductor-runner-w1-')),
+  );
   const jobId = await f.trigger();
   const orphan = await pidIn(join(dir, 'pid-1'));
   first.child.kill('SIGKILL');
@@ -89,7 +91,7 @@ test('on SIGTERM the runner lets a short task finish within the grace period, th
       - echo finished
 `,
   );
-  const runner = childRunner(runnerArgs(f, '--grace-s', '20'));
+  const runner = childRunner(await runnerArgs(f, '--grace-s', '20'));
   const jobId = await f.trigger();
   await pidIn(join(dir, 'pid'));
   runner.child.kill('SIGTERM');
@@ -109,7 +111,7 @@ test('on SIGTERM a task that outlasts the grace period is stopped and given back
     'term-long',
     `  long:${SECOND_ATTEMPT_ONLY(dir, 'completed')}`,
   );
-  const runner = childRunner(runnerArgs(f, '--grace-s', '1'));
+  const runner = childRunner(await runnerArgs(f, '--grace-s', '1'));
   const jobId = await f.trigger();
   const pid = await pidIn(join(dir, 'pid-1'));
   runner.child.kill('SIGTERM');
@@ -146,9 +148,13 @@ test('on SIGTERM a task that outlasts the grace period is stopped and given back
 
 test('--executor docker without a Docker engine fails at start-up with a clear error', async () => {
   const runner = childRunner(
-    ['--url', stack.url, '--token', 'cw_unused', '--executor', 'docker'],
+    ['--url', stack.url, '--executor', 'docker'],
     // Points the docker CLI at an engine that cannot answer, whatever this machine has.
-    { ...process.env, DOCKER_HOST: 'unix:///nonexistent/docker.sock' },
+    {
+      ...process.env,
+      CONDUCTOR_RUNNER_TOKEN: 'cw_unused',
+      DOCKER_HOST: 'unix:///nonexistent/docker.sock',
+    },
   );
   const exit = await runner.exited;
   assert.equal(exit.code, 1, runner.stderr());

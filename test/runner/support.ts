@@ -171,6 +171,13 @@ export class Fixture {
     return res.text;
   }
 
+  /** A file holding the worker token, readable by its owner alone, as --token-file wants it. */
+  async tokenFile(): Promise<string> {
+    const file = join(await tempDir('conductor-runner-token-'), 'token');
+    await writeFile(file, `${this.token}\n`, { mode: 0o600 });
+    return file;
+  }
+
   /** A runner in this process for this fixture's worker, stopped when the test file ends. */
   async runner(over: Partial<RunnerOptions> = {}): Promise<Runner> {
     const runner = await startRunner({
@@ -194,11 +201,24 @@ export interface ChildRunner {
   stderr(): string;
 }
 
-/** `npm run runner -- ARGS` as a child process (node --import tsx scripts/runner.ts). */
-export function childRunner(args: string[], env: NodeJS.ProcessEnv = process.env): ChildRunner {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/runner.ts', ...args], {
+/**
+ * The runner as a child process: `node --import tsx scripts/runner.ts ARGS`
+ * (what `npm run runner` runs), or with `npm`, `npm run runner -- ARGS`
+ * itself, npm and its shell in between.
+ */
+export function childRunner(
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+  opts: { npm?: boolean } = {},
+): ChildRunner {
+  const [command, argv] = opts.npm
+    ? ['npm', ['run', '--silent', 'runner', '--', ...args]]
+    : [process.execPath, ['--import', 'tsx', 'scripts/runner.ts', ...args]];
+  const child = spawn(command, argv, {
     cwd: ROOT,
     env,
+    // A process group of its own, so that npm's children go with it at the end.
+    detached: true,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';
@@ -209,7 +229,7 @@ export function childRunner(args: string[], env: NodeJS.ProcessEnv = process.env
     child.once('exit', (code, signal) => done({ code, signal })),
   );
   after(() => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    if (child.pid !== undefined) killGroup(child.pid);
   });
   return { child, exited, stderr: () => stderr };
 }

@@ -9,7 +9,12 @@ import { formatDuration } from '../../lib/duration.ts';
 import { Backoff } from '../../lib/runner/backoff.ts';
 import { parseRunnerArgs } from '../../lib/runner/cli.ts';
 import { HttpStatusError } from '../../lib/runner/client.ts';
-import { exportFile, hostEnvironment, taskVariables } from '../../lib/runner/env.ts';
+import {
+  exportFile,
+  scriptEnvironment,
+  taskVariables,
+  toolEnvironment,
+} from '../../lib/runner/env.ts';
 import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../lib/runner/git.ts';
 import { containerName, dockerRunArgs, startRunner, type Task } from '../../lib/runner/index.ts';
 import {
@@ -109,8 +114,8 @@ test('a script sees CONDUCTOR_ variables built with the env-fragment rule, which
   });
 });
 
-test("the host environment loses the runner's own variables, anything holding its token, and git's location", () => {
-  const env = hostEnvironment(
+test("git's and docker's environment loses the runner's own variables, anything holding its token, and git's location", () => {
+  const env = toolEnvironment(
     {
       PATH: '/usr/bin',
       HOME: '/root',
@@ -124,6 +129,37 @@ test("the host environment loses the runner's own variables, anything holding it
     ['cw_abc', 'http://cp'],
   );
   assert.deepEqual(env, { PATH: '/usr/bin', HOME: '/root', GIT_AUTHOR_NAME: 'kept' });
+});
+
+test("a script's environment is built from scratch: PATH, LANG, LC_ALL and TZ from the runner's, HOME, USER and LOGNAME of the user it runs as", () => {
+  const runner = {
+    PATH: '/opt/bin:/usr/bin',
+    HOME: '/root',
+    USER: 'root',
+    LANG: 'C.UTF-8',
+    TZ: 'UTC',
+    AWS_SECRET_ACCESS_KEY: 'from the host',
+    SSH_AUTH_SOCK: '/tmp/agent',
+    CONDUCTOR_RUNNER_TOKEN: 'cw_abc',
+  };
+  assert.deepEqual(
+    scriptEnvironment(runner, { name: 'build', home: '/var/lib/build' }, ['cw_abc']),
+    {
+      PATH: '/opt/bin:/usr/bin',
+      LANG: 'C.UTF-8',
+      TZ: 'UTC',
+      HOME: '/var/lib/build',
+      USER: 'build',
+      LOGNAME: 'build',
+    },
+  );
+  // No PATH of its own: a usual one; a passed variable holding the token is left out.
+  assert.deepEqual(scriptEnvironment({ LANG: 'x cw_abc' }, { name: 'u', home: '/' }, ['cw_abc']), {
+    PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    HOME: '/',
+    USER: 'u',
+    LOGNAME: 'u',
+  });
 });
 
 test('the docker environment file survives quotes and newlines when sourced', async () => {
@@ -338,9 +374,10 @@ test('the clone token goes in a header through git config variables, and only wh
   assert.equal(redactUrl('https://u:p@forge/a.git'), 'https://***@forge/a.git');
 });
 
-test('the command line becomes runner options; a bad value is named', () => {
+test('the command line becomes runner options; a bad value is named', async () => {
+  const env = { CONDUCTOR_RUNNER_TOKEN: 'cw_env' };
   assert.deepEqual(
-    parseRunnerArgs(
+    await parseRunnerArgs(
       [
         '--url',
         'http://cp:8080',
@@ -351,7 +388,7 @@ test('the command line becomes runner options; a bad value is named', () => {
         '--poll-max-s',
         '2',
       ],
-      { CONDUCTOR_RUNNER_TOKEN: 'cw_env' },
+      env,
     ),
     {
       url: 'http://cp:8080',
@@ -365,14 +402,67 @@ test('the command line becomes runner options; a bad value is named', () => {
       httpTimeoutMs: 30_000,
     },
   );
-  assert.throws(
-    () => parseRunnerArgs(['--url', 'http://cp', '--token', 't', '--executor', 'vm'], {}),
-    /--executor must be shell or docker/,
+  const parse = (...argv: string[]) => parseRunnerArgs(['--url', 'http://cp', ...argv], env);
+  await assert.rejects(parse('--executor', 'vm'), /--executor must be shell or docker/);
+  await assert.rejects(parse('--concurrency', '0'), /--concurrency must be at least 1/);
+  await assert.rejects(parseRunnerArgs([], env), /--url .* is required/);
+  await assert.rejects(parseRunnerArgs(['--bogus'], env), /Unknown option '--bogus'/);
+});
+
+test('the token comes from --token-file or $CONDUCTOR_RUNNER_TOKEN, never from the command line, and no error quotes it', async () => {
+  const dir = await tempDir('conductor-runner-unit-');
+  const file = join(dir, 'token');
+  writeFileSync(file, '  cw_from_file\n', { mode: 0o600 });
+  const url = ['--url', 'http://cp'];
+  const fromFile = await parseRunnerArgs([...url, '--token-file', file], {});
+  assert.equal(fromFile.token, 'cw_from_file');
+  assert.equal(fromFile.tokenFile, file);
+
+  const refused = async (argv: string[], env: NodeJS.ProcessEnv, message: RegExp) => {
+    const err = await parseRunnerArgs([...url, ...argv], env).then(
+      () => assert.fail(`${argv.join(' ')} was accepted`),
+      (e: Error) => e,
+    );
+    assert.match(err.message, message);
+    assert.doesNotMatch(
+      err.message,
+      /cw_secret|cw_from_file/,
+      'the error does not quote the token',
+    );
+  };
+  await refused(
+    ['--token', 'cw_secret'],
+    {},
+    /^--token is not accepted: a command line is readable by every process on this host; put the token in a file for --token-file, or in \$CONDUCTOR_RUNNER_TOKEN$/,
   );
-  assert.throws(
-    () => parseRunnerArgs(['--url', 'http://cp', '--token', 't', '--concurrency', '0'], {}),
-    /--concurrency must be at least 1/,
+  await refused([], {}, /^--token-file \(or \$CONDUCTOR_RUNNER_TOKEN\) is required$/);
+  await refused(['--token-file', file], { CONDUCTOR_RUNNER_TOKEN: 'cw_secret' }, /not both/);
+  await refused(['--token-file', join(dir, 'missing')], {}, /missing cannot be read \(ENOENT\)$/);
+  await refused(['--token-file', 'cw_secret'], {}, /takes the path of a file that holds the token/);
+  writeFileSync(file, '\n');
+  await refused(['--token-file', file], {}, /^--token-file .+ is empty$/);
+  writeFileSync(file, 'cw_from_file\nsecond line\n');
+  await refused(['--token-file', file], {}, /must hold the token alone, on one line$/);
+});
+
+test('--untrusted refuses the shell executor without --run-as; --run-as is for the shell executor', async () => {
+  const env = { CONDUCTOR_RUNNER_TOKEN: 'cw_env' };
+  const parse = (...argv: string[]) => parseRunnerArgs(['--url', 'http://cp', ...argv], env);
+  await assert.rejects(
+    parse('--untrusted'),
+    /^Error: --untrusted refuses the shell executor without --run-as USER: scripts under the runner's own uid can read its worker token \(use --executor docker, or --run-as\)$/,
   );
-  assert.throws(() => parseRunnerArgs(['--token', 't'], {}), /--url .* is required/);
-  assert.throws(() => parseRunnerArgs(['--bogus'], {}), /Unknown option '--bogus'/);
+  const docker = await parse('--untrusted', '--executor', 'docker');
+  assert.equal(docker.untrusted, true);
+  const runAs = await parse('--untrusted', '--run-as', 'build');
+  assert.deepEqual([runAs.untrusted, runAs.runAs], [true, 'build']);
+  await assert.rejects(
+    parse('--run-as', 'build', '--executor', 'docker'),
+    /--run-as is for the shell executor/,
+  );
+  // The same rule for whoever starts a runner from code.
+  await assert.rejects(
+    startRunner({ url: 'http://127.0.0.1:1', token: 't', untrusted: true }),
+    /--untrusted refuses the shell executor without --run-as USER/,
+  );
 });

@@ -1,0 +1,306 @@
+// A script on a shell-executor runner tries to steal the runner's worker token
+// (issue #13: `tr '\0' '\n' </proc/$PPID/environ` printed it): the environment,
+// command line and memory of every ancestor (the runner, npm and its shell),
+// the token file, the files under the runner's workdir and home. Started as a
+// user starts it, with `npm run runner`, so that those ancestors exist.
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, chownSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { testStack } from '../helpers/stack.ts';
+import { type ChildRunner, childRunner, Fixture, tempDir, waitFor } from './support.ts';
+
+const stack = await testStack(import.meta.filename);
+const PROBE = readFileSync(join(import.meta.dirname, 'probe.sh'), 'utf8');
+const IS_ROOT = process.getuid?.() === 0;
+const BUILD_USER = 'conductor-test-build';
+// The runner's home, which its user's files (npm's cache, ...) are under.
+const HOME = process.env.HOME || '/root';
+
+/** The unprivileged user scripts run as, made when missing (tests run as root here and in CI). */
+function buildUser(): { uid: number; gid: number } {
+  const id = (flag: string) => spawnSync('id', [flag, BUILD_USER], { encoding: 'utf8' });
+  if (id('-u').status !== 0) {
+    const made = spawnSync('useradd', [
+      '--system',
+      '--no-create-home',
+      '--home-dir',
+      '/nonexistent',
+      '--shell',
+      '/usr/sbin/nologin',
+      BUILD_USER,
+    ]);
+    // Another test process may have made it in the meantime.
+    assert.ok(made.status === 0 || id('-u').status === 0, made.stderr?.toString());
+  }
+  return { uid: Number(id('-u').stdout), gid: Number(id('-g').stdout) };
+}
+
+interface Theft {
+  report: string[];
+  loot: string;
+  log: string;
+  outputs: Record<string, string> | null;
+  stderr: string;
+  /** npm's /proc/<pid>/environ, read by the test (root) while the runner ran. */
+  npmEnviron: string;
+  runner: ChildRunner;
+  workdir: string;
+}
+
+/**
+ * Registers a worker, starts `npm run runner` for it with `args`, the token in
+ * a file (0600, in a directory anyone may enter) or in the environment, runs
+ * the probe as the job's one task, and answers what the probe found.
+ */
+async function steal(
+  label: string,
+  opts: { runAs: boolean; token: 'file' | 'env'; before?: (f: Fixture) => void },
+): Promise<Theft & { f: Fixture; tokenFile: string | undefined }> {
+  const out = await tempDir('conductor-theft-out-');
+  const workdir = await tempDir('conductor-theft-work-');
+  const tokenDir = await tempDir('conductor-theft-token-');
+  // Only the file's own mode keeps it from the script.
+  chmodSync(tokenDir, 0o755);
+  // As the runner's default workdir is made (0755): its user may look inside.
+  chmodSync(workdir, 0o755);
+  if (opts.runAs) {
+    const { uid, gid } = buildUser();
+    chownSync(out, uid, gid);
+  }
+  const tokenFile = opts.token === 'file' ? join(tokenDir, 'token') : undefined;
+  // Files are searched as the unprivileged user only: as root the search would
+  // read all of root's home, and prove only what root can read.
+  const dirs = opts.runAs ? [workdir, tokenDir, HOME] : [];
+  const f = await Fixture.create(
+    stack,
+    label,
+    `  steal:
+    script:
+      - bash probe.sh ${[out, String(process.pid), tokenFile ?? '', ...dirs].map((a) => `"${a}"`).join(' ')}
+      - id
+      - env | sort
+`,
+    { 'probe.sh': PROBE },
+  );
+  opts.before?.(f);
+  if (tokenFile) await writeFile(tokenFile, `${f.token}\n`, { mode: 0o600 });
+  const args = ['--url', stack.url, '--workdir', workdir, '--poll-max-s', '0.3'];
+  if (tokenFile) args.push('--token-file', tokenFile);
+  if (opts.runAs) args.push('--run-as', BUILD_USER, '--untrusted');
+  const env = { ...process.env };
+  if (opts.token === 'env') env.CONDUCTOR_RUNNER_TOKEN = f.token;
+  const runner = childRunner(args, env, { npm: true });
+
+  const jobId = await f.trigger();
+  const view = await f.finished(jobId, 120_000);
+  const task = view.tasks[0]!;
+  assert.equal(view.job.state, 'success', `${task.error}\n${await f.log(task.id)}`);
+  const log = await f.log(task.id);
+  const npmEnviron = readFileSync(`/proc/${runner.child.pid}/environ`, 'latin1');
+  // As Ctrl-C in a terminal does: to the whole group (npm would pass it to its shell alone).
+  process.kill(-runner.child.pid!, 'SIGTERM');
+  await waitFor('the runner to stop', () =>
+    runner.stderr().includes('"message":"runner stopped"') ? true : undefined,
+  );
+  return {
+    f,
+    tokenFile,
+    report: readFileSync(join(out, 'report'), 'utf8').trimEnd().split('\n'),
+    loot: readFileSync(join(out, 'loot'), 'utf8'),
+    log,
+    outputs: task.outputs,
+    stderr: runner.stderr(),
+    npmEnviron,
+    runner,
+    workdir,
+  };
+}
+
+/** The ancestors the probe walked, nearest first: pid and command line. */
+function ancestors(report: string[]): { pid: string; cmdline: string }[] {
+  return report.flatMap((l) => {
+    const m = /^ancestor (\d+) (.*)$/.exec(l);
+    return m ? [{ pid: m[1]!, cmdline: m[2]! }] : [];
+  });
+}
+
+/** What the probe said of one attempt: found, none or denied. */
+function said(report: string[], what: string): string | undefined {
+  return report.find((l) => l.startsWith(`${what} `))?.slice(what.length + 1);
+}
+
+/** The runner's node process and npm's, among the ancestors the probe walked. */
+function runnerAndNpm(theft: Theft) {
+  const walked = ancestors(theft.report);
+  // The nearest: npm's shell, when there is one, names it too.
+  const runner = walked.find((a) => a.cmdline.includes('scripts/runner.ts'));
+  const npm = walked.find((a) => a.pid === String(theft.runner.child.pid));
+  assert.ok(runner, `the probe walked past the runner:\n${theft.report.join('\n')}`);
+  assert.ok(
+    npm,
+    `the probe walked up to npm (${theft.runner.child.pid}):\n${theft.report.join('\n')}`,
+  );
+  // Up to the test's own process: nothing between it and the script was left out.
+  assert.equal(said(theft.report, 'stopped at'), String(process.pid));
+  return { runner, npm, walked };
+}
+
+/** Every process between the script's shell and the test is root's: its environment and memory are closed. */
+function assertClosed(theft: Theft, walked: { pid: string }[]): void {
+  for (const { pid } of walked.slice(1)) {
+    assert.equal(said(theft.report, `environ ${pid}`), 'denied', `environ of ${pid}`);
+    assert.equal(said(theft.report, `mem ${pid}`), 'denied', `mem of ${pid}`);
+    // A command line is anyone's to read: none holds the token.
+    assert.equal(said(theft.report, `cmdline ${pid}`), 'none', `cmdline of ${pid}`);
+  }
+}
+
+/** The token is nowhere the script could put it, nor in what the runner printed. */
+function assertKept(theft: Theft, token: string): void {
+  assert.ok(
+    !theft.loot.includes(token),
+    `the script's loot holds the token:\n${theft.report.join('\n')}`,
+  );
+  assert.deepEqual(
+    theft.report.filter((l) => l.endsWith(' found')),
+    [],
+  );
+  assert.ok(!theft.log.includes(token), 'the task log does not hold the token');
+  assert.deepEqual(theft.outputs, { found: '' });
+  assert.ok(!theft.stderr.includes(token), "the runner's own lines do not hold the token");
+}
+
+/** Adds a commit with a symbolic link `path` -> `target` to the fixture's repository, and builds that. */
+function commitLink(f: Fixture, path: string, target: string): void {
+  const git = (...args: string[]) =>
+    execFileSync('git', ['-c', 'user.name=t', '-c', 'user.email=t@t', ...args], {
+      cwd: f.repo.dir,
+    })
+      .toString()
+      .trim();
+  execFileSync('ln', ['-s', target, join(f.repo.dir, path)]);
+  git('add', path);
+  git('commit', '-q', '-m', 'a link');
+  f.repo.sha = git('rev-parse', 'HEAD');
+}
+
+if (IS_ROOT) {
+  test('with --run-as, a script can read nothing of the token: not the environment, command line or memory of the runner and npm, not the token file, not a file under the workdir or the home', async () => {
+    // A link in the checkout to a directory of root's: giving the workspace
+    // to the user must not give that directory too.
+    const outside = await tempDir('conductor-theft-outside-');
+    mkdirSync(join(outside, 'inner'));
+    const theft = await steal('theft-runas', {
+      runAs: true,
+      token: 'file',
+      before: (f) => commitLink(f, 'etc-link', outside),
+    });
+    assertKept(theft, theft.f.token);
+    const { runner, npm, walked } = runnerAndNpm(theft);
+    assertClosed(theft, walked);
+    assert.ok(runner.cmdline.includes(`--token-file ${theft.tokenFile}`), runner.cmdline);
+    assert.ok(npm.cmdline.includes('run'), npm.cmdline);
+    assert.equal(said(theft.report, `token-file ${theft.tokenFile}`), 'denied');
+    assert.equal(said(theft.report, `files ${theft.workdir}`), 'none');
+    assert.equal(said(theft.report, `files ${HOME}`), 'denied');
+    // The script ran as the user, with no group of root's, its environment built from scratch.
+    assert.match(
+      theft.log,
+      /^uid=\d+\(conductor-test-build\) gid=\d+\(conductor-test-build\) groups=\d+\(conductor-test-build\)$/m,
+    );
+    assert.match(theft.log, /^USER=conductor-test-build$/m);
+    assert.match(theft.log, /^HOME=\/nonexistent$/m);
+    assert.deepEqual(
+      [statSync(outside).uid, statSync(join(outside, 'inner')).uid],
+      [0, 0],
+      "the directory the link points at is still root's",
+    );
+    // The task's directory is gone: emptied as the user, then removed by the runner.
+    assert.deepEqual(readdirSync(theft.workdir), []);
+  });
+
+  test('with --run-as and the token in $CONDUCTOR_RUNNER_TOKEN, npm and its shell hold it in their environment, and a script cannot read it there', async () => {
+    const theft = await steal('theft-runas-env', { runAs: true, token: 'env' });
+    assertKept(theft, theft.f.token);
+    const { walked } = runnerAndNpm(theft);
+    assertClosed(theft, walked);
+    // The same probe as root, the same uid as npm, finds it there (the next
+    // test): what closes it here is the uid alone.
+    assert.ok(theft.npmEnviron.includes(`CONDUCTOR_RUNNER_TOKEN=${theft.f.token}`));
+  });
+} else {
+  test('--run-as refuses to start when the runner is not root', async () => {
+    // The only way to run scripts under another uid; without it the shell
+    // executor keeps the token from no script (the next test).
+    const f = await Fixture.create(stack, 'theft-norun', '  none:\n    script: [true]\n');
+    const runner = childRunner(
+      [
+        '--url',
+        stack.url,
+        '--token-file',
+        await f.tokenFile(),
+        '--run-as',
+        'nobody',
+        '--untrusted',
+      ],
+      process.env,
+      { npm: true },
+    );
+    await runner.exited;
+    assert.match(
+      runner.stderr(),
+      /conductor-runner: --run-as needs the runner to run as root, which alone may start a process as another user/,
+    );
+  });
+}
+
+test("without --run-as, the runner's own environment and command line no longer give the token away, but npm's environment and the runner's memory do: why --untrusted needs --run-as", async () => {
+  const theft = await steal('theft-same-uid', { runAs: false, token: 'env' });
+  const token = theft.f.token;
+  const { runner, npm } = runnerAndNpm(theft);
+  // What issue #13 found: `tr '\0' '\n' </proc/$PPID/environ` (the runner
+  // itself) printed CONDUCTOR_RUNNER_TOKEN. It is blanked there now.
+  assert.equal(said(theft.report, `environ ${runner.pid}`), 'none');
+  assert.equal(said(theft.report, `cmdline ${runner.pid}`), 'none');
+  assert.match(said(theft.report, 'own-environ') ?? '', /none$/);
+  // npm's environment is fixed since npm started, and the same uid reads it.
+  assert.equal(said(theft.report, `environ ${npm.pid}`), 'found');
+  // The token lives in the runner's heap. Reading another process's memory
+  // takes the same uid, or CAP_SYS_PTRACE where Yama's ptrace_scope limits it to descendants.
+  const scope = (() => {
+    try {
+      return Number(readFileSync('/proc/sys/kernel/yama/ptrace_scope', 'utf8'));
+    } catch {
+      return 0;
+    }
+  })();
+  assert.equal(
+    said(theft.report, `mem ${runner.pid}`),
+    IS_ROOT || scope === 0 ? 'found' : 'denied',
+  );
+  // Found, the token goes out as any data does; the log's masking hides it
+  // only from whoever reads the log.
+  assert.ok(theft.loot.includes(token));
+  assert.deepEqual(theft.outputs, { found: token });
+  assert.ok(!theft.log.includes(token), 'the runner masks its own token in the log');
+  assert.match(theft.log, /\*\*\*/);
+  assert.ok(!theft.stderr.includes(token), "the runner's own lines do not hold the token");
+  if (IS_ROOT)
+    assert.match(theft.stderr, /"message":"scripts run as root: they can read the worker token/);
+});
+
+test('a runner started with --untrusted refuses the shell executor without --run-as', async () => {
+  const runner = childRunner(['--url', stack.url, '--untrusted'], {
+    ...process.env,
+    CONDUCTOR_RUNNER_TOKEN: 'cw_unused',
+  });
+  const exit = await runner.exited;
+  assert.equal(exit.code, 2, runner.stderr());
+  assert.match(
+    runner.stderr(),
+    /^--untrusted refuses the shell executor without --run-as USER: scripts under the runner's own uid can read its worker token \(use --executor docker, or --run-as\)$/m,
+  );
+});
