@@ -29,6 +29,7 @@ import {
   updateProject,
 } from '../lib/projects.ts';
 import { cancelJob, createJob, rerunJob } from '../lib/scheduler/index.ts';
+import { approveJob } from '../lib/scheduler/trust.ts';
 import { deliverJobStatus } from '../lib/statuses.ts';
 import { getJobOnly, getJobView, listJobs } from '../lib/views.ts';
 import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/workers.ts';
@@ -136,6 +137,14 @@ const routes: Record<string, Route> = {
     await cancelJob(ctx.pool, jobId, 'cancelled through the API');
     await deliverJobStatus(ctx, jobId);
     return { status: 200, body: { job: await getJobOnly(ctx.pool, jobId) } };
+  },
+  'POST /v1/jobs/{id}/approve': async (event, ctx) => {
+    const jobId = idParam(event, 'id', 'job');
+    await approveJob(ctx.pool, jobId);
+    // Answered as approved (pending); the compile goes on after this.
+    const job = await getJobOnly(ctx.pool, jobId);
+    await dispatchCompile(ctx, jobId);
+    return { status: 200, body: { job } };
   },
   'POST /v1/jobs/{id}/rerun': async (event, ctx) => {
     const { failed_only } = jsonBody(event, RerunSchema);

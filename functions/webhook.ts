@@ -8,7 +8,7 @@ import { MAX_WEBHOOK_BYTES, receiveWebhook } from '../lib/webhooks.ts';
 async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
   const forge = event.rawPath.endsWith('/gitea') ? 'gitea' : 'github';
-  const { reply, compile, cancelled } = await receiveWebhook(
+  const { reply, compile, statuses } = await receiveWebhook(
     ctx.pool,
     ctx.keyring,
     forge,
@@ -16,8 +16,9 @@ async function main(event: HttpEvent): Promise<Reply> {
     rawBody(event),
   );
   if (compile) await dispatchCompile(ctx, compile);
-  // Jobs this delivery cancelled (superseded, or their pull request closed).
-  for (const jobId of cancelled ?? []) await deliverJobStatus(ctx, jobId);
+  // Jobs this delivery cancelled (superseded, or their pull request closed),
+  // and a new job that waits for approval.
+  for (const jobId of statuses ?? []) await deliverJobStatus(ctx, jobId);
   return reply;
 }
 

@@ -1,11 +1,13 @@
-// Compiling a job: read .conductor.yml at the job's commit from the forge (or a
-// local repository), compile it, and start the job with its tasks or fail it
-// with every error. No transaction is open while the forge is asked.
+// Compiling a job: settle its trust when the forge must confirm it, read
+// .conductor.yml at the job's commit from the forge (or a local repository),
+// compile it, and start the job with its tasks or fail it with every error. No
+// transaction is open while the forge is asked.
 import type { Pool } from './db/index.ts';
+import { confirmGiteaWriters, type WriterVerdict } from './forge/permission.ts';
 import { ForgeUnavailableError, fetchPipelineFile } from './forge/pipeline-file.ts';
 import { log } from './log.ts';
 import { compilePipeline, formatIssue, PipelineError } from './pipeline/index.ts';
-import { forgeToken, getProjectRow } from './projects.ts';
+import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
 import {
   countCompileAttempt,
   failJob,
@@ -13,9 +15,18 @@ import {
   noteCompileError,
   startJob,
 } from './scheduler/index.ts';
+import { settleJobTrust } from './scheduler/trust.ts';
+import type { JobRow } from './scheduler/types.ts';
 import type { Keyring } from './secrets.ts';
 
-export type CompileOutcome = 'started' | 'failed' | 'not_pending' | 'forge_unavailable';
+/** `blocked`: the forge did not confirm the job's trust and it waits for approval; `ignored`: nor did it, and the project ignores untrusted jobs. */
+export type CompileOutcome =
+  | 'started'
+  | 'failed'
+  | 'not_pending'
+  | 'forge_unavailable'
+  | 'blocked'
+  | 'ignored';
 
 /** Compiles a pending job; safe to run twice for the same job (the second finds it started). */
 export async function compileJob(
@@ -31,6 +42,19 @@ export async function compileJob(
   // Counted here, as the compile starts, not where it was dispatched: the
   // sweep fails a job left pending after its last counted attempt.
   if ((await countCompileAttempt(pool, jobId)) === null) return 'not_pending';
+
+  // Before the pipeline file: an unconfirmed job must not be compiled on the
+  // trust it does not have yet, and one left blocked is not read at all.
+  if (job.confirm_writers !== null) {
+    let settled: Awaited<ReturnType<typeof confirmTrust>>;
+    try {
+      settled = await confirmTrust(pool, keyring, project, job);
+    } catch (err) {
+      if (err instanceof ForgeUnavailableError) return unavailable(pool, jobId, err);
+      throw err;
+    }
+    if (settled !== 'pending') return settled;
+  }
 
   let text: string;
   try {
@@ -51,13 +75,7 @@ export async function compileJob(
     }
     text = file.text;
   } catch (err) {
-    if (err instanceof ForgeUnavailableError) {
-      // Left pending: the sweep dispatches the compile again, and fails the
-      // job with this reason after its last attempt.
-      await noteCompileError(pool, jobId, err.message);
-      log('warn', 'the forge is unavailable; the compile will be retried', { job_id: jobId, err });
-      return 'forge_unavailable';
-    }
+    if (err instanceof ForgeUnavailableError) return unavailable(pool, jobId, err);
     throw err;
   }
 
@@ -77,4 +95,56 @@ export async function compileJob(
   }
   const started = await startJob(pool, jobId, compiled);
   return started.started ? 'started' : 'not_pending';
+}
+
+async function unavailable(
+  pool: Pool,
+  jobId: string,
+  err: ForgeUnavailableError,
+): Promise<'forge_unavailable'> {
+  // Left pending: the sweep dispatches the compile again, and fails the job
+  // with this reason after its last attempt.
+  await noteCompileError(pool, jobId, err.message);
+  log('warn', 'the forge is unavailable; the compile will be retried', { job_id: jobId, err });
+  return 'forge_unavailable';
+}
+
+/**
+ * Asks Gitea, outside any transaction, whether the people behind a pull
+ * request from the repository itself may write to it, then settles the job's
+ * trust in one transaction (lib/scheduler/trust.ts): trusted, or untrusted and
+ * then blocked, cancelled or left to run as the project's fork_pull_requests
+ * says. Answers 'pending' when the compile goes on. An unreachable Gitea is a
+ * ForgeUnavailableError: an outage never settles trust.
+ */
+async function confirmTrust(
+  pool: Pool,
+  keyring: Keyring,
+  project: ProjectRow,
+  job: JobRow,
+): Promise<'pending' | 'blocked' | 'ignored' | 'not_pending'> {
+  const token = forgeToken(keyring, project);
+  const logins = job.confirm_writers ?? [];
+  const verdict: WriterVerdict =
+    token && project.forge_url && project.forge === 'gitea'
+      ? await confirmGiteaWriters({
+          forgeUrl: project.forge_url,
+          repo: project.repo,
+          token,
+          logins,
+        })
+      : {
+          writers: false,
+          reason: `without a forge token and forge_url Gitea cannot confirm that ${logins.join(' and ')} may write`,
+        };
+  const state = await settleJobTrust(pool, job.id, {
+    trusted: verdict.writers,
+    reason: verdict.reason,
+  });
+  if (state === 'blocked') return 'blocked';
+  if (state === 'cancelled') return 'ignored';
+  if (state === 'pending') return 'pending';
+  // Another compile of this job settled it first: go on with what it settled.
+  const now = await getJob(pool, job.id);
+  return now?.state === 'pending' && now.confirm_writers === null ? 'pending' : 'not_pending';
 }

@@ -4,7 +4,14 @@ import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from './db
 import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
 import { isLocalRepo } from './forge/pipeline-file.ts';
 import { decrypt, encrypt, type Keyring } from './secrets.ts';
-import { FORGES, type Forge } from './states.ts';
+import {
+  FORGES,
+  FORK_PULL_REQUEST_POLICIES,
+  type Forge,
+  type ForkPullRequestPolicy,
+  VISIBILITIES,
+  type Visibility,
+} from './states.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
@@ -39,6 +46,8 @@ export const ProjectCreateSchema = z.strictObject({
   forge_url: forgeUrl.nullable().optional(),
   forge_token: z.string().min(1).max(10_000).nullable().optional(),
   cancel_superseded: z.boolean().optional(),
+  fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
+  visibility: z.enum(VISIBILITIES).optional(),
 });
 export type ProjectCreate = z.infer<typeof ProjectCreateSchema>;
 
@@ -49,6 +58,8 @@ export const ProjectUpdateSchema = z.strictObject({
   forge_token: z.string().min(1).max(10_000).nullable().optional(),
   enabled: z.boolean().optional(),
   cancel_superseded: z.boolean().optional(),
+  fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
+  visibility: z.enum(VISIBILITIES).optional(),
 });
 export type ProjectUpdate = z.infer<typeof ProjectUpdateSchema>;
 
@@ -62,6 +73,10 @@ export interface ProjectView {
   forge_url: string | null;
   enabled: boolean;
   cancel_superseded: boolean;
+  /** What an untrusted job does: waits in `blocked` for approval, runs at once, or is not created. */
+  fork_pull_requests: ForkPullRequestPolicy;
+  /** Stored for the job pages: `public` projects' pages are readable by anyone. */
+  visibility: Visibility;
   has_forge_token: boolean;
   /** 'on', or 'off: <why>'. */
   commit_statuses: string;
@@ -77,7 +92,7 @@ export interface ProjectRow extends ProjectView {
 
 // `commit_statuses` says once, in the view, why a project gets no statuses.
 const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
-  forge_token_enc is not null as has_forge_token,
+  fork_pull_requests, visibility, forge_token_enc is not null as has_forge_token,
   case when forge_token_enc is null then 'off: the project has no forge token'
        when repo_url !~ '^https?://' then 'off: the repository is not on a forge (a local path)'
        else 'on' end as commit_statuses,
@@ -119,8 +134,8 @@ export async function createProject(
     const project = await transaction(pool, async (tx) => {
       const { rows } = await tx.query<ProjectView>(
         `insert into projects (id, name, forge, repo, repo_url, forge_url, webhook_secret_enc,
-                               forge_token_enc, cancel_superseded)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                               forge_token_enc, cancel_superseded, fork_pull_requests, visibility)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          returning ${VIEW}`,
         [
           input.id,
@@ -134,6 +149,8 @@ export async function createProject(
             ? encrypt(keyring, input.forge_token, sealContext.forgeToken(input.id))
             : null,
           input.cancel_superseded ?? true,
+          input.fork_pull_requests ?? 'approve',
+          input.visibility ?? 'private',
         ],
       );
       return rows[0]!;
@@ -209,7 +226,7 @@ export async function updateProject(
     const { rows } = await tx.query<ProjectView>(
       `update projects
           set name = $2, repo_url = $3, forge_url = $4, forge_token_enc = $5, enabled = $6,
-              cancel_superseded = $7, updated_at = now()
+              cancel_superseded = $7, fork_pull_requests = $8, visibility = $9, updated_at = now()
         where id = $1
         returning ${VIEW}`,
       [
@@ -220,6 +237,8 @@ export async function updateProject(
         token,
         input.enabled ?? current.enabled,
         input.cancel_superseded ?? current.cancel_superseded,
+        input.fork_pull_requests ?? current.fork_pull_requests,
+        input.visibility ?? current.visibility,
       ],
     );
     return rows[0]!;

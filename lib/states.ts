@@ -1,9 +1,23 @@
-// The single source of every enumerated value the schema constrains. The first
-// migration's CHECK constraints list the same values; test/db/schema.test.ts
+// The single source of every enumerated value the schema constrains. The
+// migrations' CHECK constraints list the same values; test/db/schema.test.ts
 // reads them back from the catalog and fails if the two drift apart.
 
-export const JOB_STATES = ['pending', 'running', 'success', 'failed', 'cancelled'] as const;
+/** `blocked`: an untrusted job waiting for approval, before its pipeline file is read. */
+export const JOB_STATES = [
+  'pending',
+  'blocked',
+  'running',
+  'success',
+  'failed',
+  'cancelled',
+] as const;
 export type JobState = (typeof JOB_STATES)[number];
+/** States of a job that can still change on its own or by approval; cancel and superseding act on these. */
+export const UNFINISHED_JOB_STATES = [
+  'pending',
+  'blocked',
+  'running',
+] as const satisfies readonly JobState[];
 export const FINISHED_JOB_STATES = [
   'success',
   'failed',
@@ -32,6 +46,14 @@ export type JobTrigger = (typeof JOB_TRIGGERS)[number];
 
 export const FORGES = ['github', 'gitea'] as const;
 export type Forge = (typeof FORGES)[number];
+
+/** What a project does with an untrusted job: hold it in `blocked` for approval, run it at once, or not create it. */
+export const FORK_PULL_REQUEST_POLICIES = ['approve', 'run', 'ignore'] as const;
+export type ForkPullRequestPolicy = (typeof FORK_PULL_REQUEST_POLICIES)[number];
+
+/** Who may read a project's pages: signed-in people only, or anyone. */
+export const VISIBILITIES = ['private', 'public'] as const;
+export type Visibility = (typeof VISIBILITIES)[number];
 
 /** How an attempt ended; `lost` is a lease that expired, `timed_out` a task past its timeout. */
 export const ATTEMPT_OUTCOMES = ['success', 'failed', 'cancelled', 'lost', 'timed_out'] as const;

@@ -3,10 +3,14 @@ import type { Queryable } from './db/index.ts';
 import { NotFoundError } from './errors.ts';
 import type { JobRow } from './scheduler/index.ts';
 
-export type JobView = Omit<JobRow, 'delivery_id' | 'compile_attempts' | 'dispatched_at'>;
+export type JobView = Omit<
+  JobRow,
+  'delivery_id' | 'body_sha256' | 'confirm_writers' | 'compile_attempts' | 'dispatched_at'
+>;
 
 const JOB_VIEW = `id, project_id, number, state, trigger, ref, sha, base_ref, pull_request, trusted,
-  rerun_of, pipeline_name, error, errors, created_at, started_at, finished_at`;
+  trust_reason, approved_at, rerun_of, pipeline_name, error, errors, created_at, started_at,
+  finished_at`;
 
 export interface TaskView {
   id: string;
@@ -24,9 +28,30 @@ export interface TaskView {
   error: string | null;
   outputs: Record<string, string>;
   copied_from: string | null;
+  /**
+   * Why a queued task waits beyond the queue itself: no registered worker of
+   * its pool (trusted or untrusted) has its labels. Null otherwise.
+   */
+  queue_reason: string | null;
   started_at: Date | null;
   finished_at: Date | null;
 }
+
+// A queued task no registered worker can ever claim: none of its pool (an
+// untrusted worker for an untrusted task, any other for a trusted one), or
+// none of its pool with all of its labels. Workers are few, so reading them
+// per queued task is cheap; other states never ask.
+const QUEUE_REASON = `case when t.state = 'queued' and not exists (
+    select 1 from workers w
+     where not w.revoked and w.untrusted = not t.trusted and t.labels <@ w.labels)
+  then case when not exists (
+              select 1 from workers w where not w.revoked and w.untrusted = not t.trusted)
+            then format('no %s worker is registered',
+                        case when t.trusted then 'trusted' else 'untrusted' end)
+            else format('no %s worker has the labels %s',
+                        case when t.trusted then 'trusted' else 'untrusted' end,
+                        array_to_string(t.labels, ', ')) end
+  end`;
 
 /** A project's jobs, newest first; `before` is a job number. */
 export async function listJobs(
@@ -57,7 +82,8 @@ export async function getJobView(
             t.max_attempts, t.allow_failure, t.exit_code, t.error, t.copied_from,
             t.started_at, t.finished_at,
             coalesce((select jsonb_object_agg(o.name, o.value) from task_outputs o where o.task_id = t.id),
-                     '{}'::jsonb) as outputs
+                     '{}'::jsonb) as outputs,
+            ${QUEUE_REASON} as queue_reason
        from tasks t where t.job_id = $1 order by t.position`,
     [jobId],
   );

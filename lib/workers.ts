@@ -11,6 +11,9 @@ export const WorkerCreateSchema = z.strictObject({
     .array(z.string().regex(LABEL, 'labels are letters, digits and _ . : -, up to 63'))
     .max(50)
     .default([]),
+  // Untrusted workers claim only untrusted tasks (pull requests from forks and
+  // the like); every other worker claims only trusted ones.
+  untrusted: z.boolean().default(false),
 });
 export type WorkerCreate = z.infer<typeof WorkerCreateSchema>;
 
@@ -18,12 +21,14 @@ export interface WorkerView {
   id: string;
   name: string;
   labels: string[];
+  /** Claims only untrusted tasks when true, only trusted ones when false. */
+  untrusted: boolean;
   created_at: Date;
   last_seen_at: Date | null;
   revoked: boolean;
 }
 
-const COLUMNS = 'id, name, labels, created_at, last_seen_at, revoked';
+const COLUMNS = 'id, name, labels, untrusted, created_at, last_seen_at, revoked';
 
 /** Registers a worker; its token is answered once and only its hash is kept. */
 export async function createWorker(
@@ -34,8 +39,9 @@ export async function createWorker(
   const labels = [...new Set(input.labels)].sort();
   const worker = await transaction(pool, async (tx) => {
     const { rows } = await tx.query<WorkerView>(
-      `insert into workers (name, token_hash, labels) values ($1, $2, $3) returning ${COLUMNS}`,
-      [input.name, hashToken(token), labels],
+      `insert into workers (name, token_hash, labels, untrusted) values ($1, $2, $3, $4)
+       returning ${COLUMNS}`,
+      [input.name, hashToken(token), labels, input.untrusted],
     );
     return rows[0]!;
   });

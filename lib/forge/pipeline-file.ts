@@ -46,7 +46,7 @@ const MAX_READ_BYTES = 4 * MAX_PIPELINE_BYTES;
 // The REST API version this client was written against; GitHub answers it with that behaviour.
 const GITHUB_API_VERSION = '2022-11-28';
 // GitHub refuses API requests without a User-Agent.
-const USER_AGENT = 'conductor-ci';
+export const USER_AGENT = 'conductor-ci';
 
 const FORGE_NAMES: Readonly<Record<ForgeKind, string>> = { github: 'GitHub', gitea: 'Gitea' };
 
@@ -201,7 +201,8 @@ async function readCapped(response: Response): Promise<string | null> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-function fetchErrorText(error: unknown, timeoutMs: number): string {
+/** What went wrong with a fetch, in words: undici's cause, or the timeout. */
+export function fetchErrorText(error: unknown, timeoutMs: number): string {
   if (error instanceof Error && error.name === 'TimeoutError') {
     return `no answer within ${timeoutMs} ms`;
   }

@@ -108,6 +108,13 @@ export type WebhookIntent =
       baseRef: string | null;
       pullRequest: number | null;
       trusted: boolean;
+      /**
+       * Only on a Gitea pull request from the base repository (a branch, or an AGit
+       * `refs/for/...` push, which anyone who can read the repository may make): the logins
+       * whose write access the forge must confirm before the job is trusted (`trusted` is
+       * false until then). Empty when the payload names nobody.
+       */
+      confirmWriters?: string[];
     }
   | { kind: 'close_pull_request'; repo: string; pullRequest: number };
 
@@ -191,9 +198,9 @@ const BUILD_ACTIONS = new Set(['opened', 'synchronize', 'synchronized', 'reopene
  * field the event needs that is missing or of the wrong type is a ValidationError whose issue
  * path names the field, e.g. `pull_request.head.sha`.
  */
-export function parseWebhook(_forge: ForgeKind, event: string, payload: unknown): WebhookIntent {
-  // Both dialects carry these fields under the same names and meanings, so the forge changes
-  // nothing here yet; it stays in the signature for the day a dialect needs it.
+export function parseWebhook(forge: ForgeKind, event: string, payload: unknown): WebhookIntent {
+  // Both dialects carry these fields under the same names and meanings; the forge decides only
+  // how far a pull request from the base repository is trusted.
   if (!isPlainObject(payload)) {
     throw new ValidationError([
       { path: '', message: `expected a JSON object, got ${describe(payload)}` },
@@ -201,7 +208,7 @@ export function parseWebhook(_forge: ForgeKind, event: string, payload: unknown)
   }
   const issues: ValidationIssue[] = [];
   const envelope = check(EnvelopeSchema, payload, issues);
-  const outcome = readEvent(event, payload, envelope?.repository.full_name, issues);
+  const outcome = readEvent(forge, event, payload, envelope?.repository.full_name, issues);
   if (issues.length > 0 || envelope === undefined || outcome === undefined) {
     throw new ValidationError(issues);
   }
@@ -209,6 +216,7 @@ export function parseWebhook(_forge: ForgeKind, event: string, payload: unknown)
 }
 
 function readEvent(
+  forge: ForgeKind,
   event: string,
   payload: Record<string, unknown>,
   repo: string | undefined,
@@ -218,7 +226,7 @@ function readEvent(
     case 'push':
       return readPush(payload, issues);
     case 'pull_request':
-      return readPullRequest(payload, repo, issues);
+      return readPullRequest(forge, payload, repo, issues);
     case 'ping':
       return { kind: 'ignore', reason: 'ping' };
     case 'delete': {
@@ -273,7 +281,8 @@ function taggedCommit(headCommit: unknown): string | undefined {
 }
 
 function readPullRequest(
-  payload: unknown,
+  forge: ForgeKind,
+  payload: Record<string, unknown>,
   repo: string | undefined,
   issues: ValidationIssue[],
 ): Outcome | undefined {
@@ -302,16 +311,46 @@ function readPullRequest(
   // request from a fork, and a deleted fork (head.repo null) is no better. Names compare
   // exactly; a case mismatch makes a job untrusted, which is the safe way to be wrong.
   const headRepo = pr.head.repo?.full_name;
-  return {
+  const sameRepo = headRepo !== undefined && headRepo === baseRepo;
+  const build = {
     kind: 'build',
     trigger: 'pull_request',
     ref: `refs/pull/${number}/head`,
     sha: pr.head.sha,
     baseRef: pr.base.ref,
     pullRequest: number,
-    trusted: headRepo !== undefined && headRepo === baseRepo,
-  };
+  } as const;
+  // On GitHub only someone with write access can push a branch to the base repository. On
+  // Gitea anyone who can read it can open a pull request from it by pushing to
+  // `refs/for/<branch>` (the AGit flow), so the head repository proves nothing there: the job
+  // starts untrusted, and the compile asks Gitea whether these people may write.
+  if (forge === 'gitea' && sameRepo) {
+    return { ...build, trusted: false, confirmWriters: giteaLogins(payload) };
+  }
+  return { ...build, trusted: sameRepo };
 }
+
+/**
+ * Who a Gitea pull request event speaks for: its `sender` (who pushed, opened or reopened) and
+ * the pull request's author (whose code it is, when someone else reopened it). Read leniently:
+ * a missing or odd field only leaves its login out, and with nobody named the job stays
+ * untrusted.
+ */
+function giteaLogins(payload: Record<string, unknown>): string[] {
+  const pr = isPlainObject(payload.pull_request) ? payload.pull_request : {};
+  const logins: string[] = [];
+  for (const user of [payload.sender, pr.user]) {
+    if (!isPlainObject(user)) continue;
+    const login = [user.login, user.username].find(
+      (v): v is string => typeof v === 'string' && LOGIN.test(v),
+    );
+    if (login && !logins.some((l) => l.toLowerCase() === login.toLowerCase())) logins.push(login);
+  }
+  return logins;
+}
+
+// Gitea user names: letters, digits, `-`, `_` and `.`; anything else is not asked about.
+const LOGIN = /^[A-Za-z0-9_.-]{1,100}$/;
 
 function pullNumber(
   top: number | null | undefined,

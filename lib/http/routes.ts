@@ -32,6 +32,7 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/v1/projects/{id}/jobs', fn: 'api' },
   { method: 'GET', path: '/v1/jobs/{id}', fn: 'api' },
   { method: 'POST', path: '/v1/jobs/{id}/cancel', fn: 'api' },
+  { method: 'POST', path: '/v1/jobs/{id}/approve', fn: 'api' },
   { method: 'POST', path: '/v1/jobs/{id}/rerun', fn: 'api' },
   { method: 'GET', path: '/v1/tasks/{id}/log', fn: 'api' },
   { method: 'POST', path: '/v1/workers', fn: 'api' },

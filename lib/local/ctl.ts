@@ -11,9 +11,12 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
   projects                                  list projects
   project create --id ID --repo OWNER/NAME --repo-url URL|PATH
                  [--forge github|gitea] [--forge-url URL] [--forge-token T] [--name N]
+                 [--fork-pull-requests approve|run|ignore] [--visibility private|public]
                                             create a project; prints its webhook secret once
   project show ID                           show a project
-  worker create --name NAME [--labels a,b]  register a worker; prints its token once
+  worker create --name NAME [--labels a,b] [--untrusted]
+                                            register a worker (--untrusted: it takes only
+                                            untrusted tasks); prints its token once
   workers                                   list workers
   secret set --project ID --name NAME --value VALUE
   secrets --project ID                      list secret names
@@ -23,7 +26,8 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                                             start a job by hand
   jobs --project ID [--limit N]             list a project's jobs, newest first
   job JOB_ID                                show a job and its tasks
-  cancel JOB_ID                             cancel a job
+  job approve JOB_ID                        let a blocked (untrusted) job run, still untrusted
+  cancel JOB_ID                             cancel a job (a blocked one is declined)
   log TASK_ID [--attempt N]                 print a task's log
 
   --url URL      the control plane (default http://127.0.0.1:$PORT, PORT defaulting to 8080)
@@ -81,6 +85,9 @@ function parse(argv: string[]) {
       'forge-url': { type: 'string' },
       'forge-token': { type: 'string' },
       labels: { type: 'string' },
+      untrusted: { type: 'boolean' },
+      'fork-pull-requests': { type: 'string' },
+      visibility: { type: 'string' },
       project: { type: 'string' },
       value: { type: 'string' },
       secret: { type: 'string' },
@@ -124,7 +131,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
 
   try {
     switch (
-      `${command}${sub && ['create', 'show', 'set', 'push'].includes(sub) ? ` ${sub}` : ''}`
+      `${command}${sub && ['create', 'show', 'set', 'push', 'approve'].includes(sub) ? ` ${sub}` : ''}`
     ) {
       case 'projects':
         print((await api('GET', '/v1/projects')).json);
@@ -139,6 +146,10 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           repo_url: required(values, 'repo-url'),
           ...(values['forge-url'] ? { forge_url: values['forge-url'] } : {}),
           ...(values['forge-token'] ? { forge_token: values['forge-token'] } : {}),
+          ...(values['fork-pull-requests']
+            ? { fork_pull_requests: values['fork-pull-requests'] }
+            : {}),
+          ...(values.visibility ? { visibility: values.visibility } : {}),
         });
         print(created.json);
         io.out(`webhook secret (shown once): ${created.json.webhook_secret}`);
@@ -158,6 +169,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         const created = await api('POST', '/v1/workers', {
           name: required(values, 'name'),
           labels,
+          ...(values.untrusted ? { untrusted: true } : {}),
         });
         print(created.json.worker);
         io.out(`worker token (shown once): ${created.json.token}`);
@@ -236,12 +248,23 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         if (!sub) throw new UsageError('job needs a JOB_ID');
         const { job, tasks } = (await api('GET', `/v1/jobs/${encodeURIComponent(sub)}`)).json;
         io.out(`job #${job.number} ${job.state} (${job.trigger} ${job.ref} ${job.sha})`);
+        io.out(
+          `${job.trusted ? 'trusted' : 'untrusted'}${job.trust_reason ? `: ${job.trust_reason}` : ''}`,
+        );
+        if (job.state === 'blocked')
+          io.out(`waiting for approval: npm run ctl -- job approve ${job.id}`);
         if (job.error) io.out(job.error);
         for (const task of tasks) {
+          const why = task.error ?? task.queue_reason;
           io.out(
-            `  ${task.state.padEnd(9)} ${task.name}  attempt ${task.attempt}/${task.max_attempts}${task.error ? `  ${task.error}` : ''}`,
+            `  ${task.state.padEnd(9)} ${task.name}  attempt ${task.attempt}/${task.max_attempts}${why ? `  ${why}` : ''}`,
           );
         }
+        return 0;
+      }
+      case 'job approve': {
+        if (!arg) throw new UsageError('job approve needs a JOB_ID');
+        print((await api('POST', `/v1/jobs/${encodeURIComponent(arg)}/approve`)).json);
         return 0;
       }
       case 'cancel': {

@@ -1,12 +1,13 @@
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { UNFINISHED_JOB_STATES } from '../states.ts';
 import { enqueueStatus } from './outbox.ts';
 import type { JobRow } from './types.ts';
 
 /**
  * Cancels unfinished jobs inside the caller's transaction: each becomes
- * 'cancelled', its waiting and queued tasks are cancelled, and every running
- * task gets its cancel flag. Writing the running rows matters: a completion
+ * 'cancelled' (a blocked one is declined: it never ran), its waiting and
+ * queued tasks are cancelled, and every running task gets its cancel flag. Writing the running rows matters: a completion
  * that read one before this commits then conflicts and retries, and records
  * 'cancelled' instead of reviving the job. Returns the ids it cancelled.
  *
@@ -24,15 +25,28 @@ export async function cancelJobsTx(
   if (jobIds.length === 0) return [];
   // The job first: a compile starting the job holds its row while inserting
   // the tasks, so once this lock is granted every task of the job is visible.
-  const { rows } = await tx.query<{ id: string }>(
-    `update jobs set state = 'cancelled', finished_at = now(), error = coalesce(error, $2)
-      where id = any($1::uuid[]) and state in ('pending', 'running')
-      returning id`,
-    [jobIds, reason],
+  // The state is read under the lock, so a job approved meanwhile is
+  // cancelled as the pending job it now is, not declined as the blocked one
+  // it was.
+  const { rows } = await tx.query<{ id: string; state: string }>(
+    `select id, state from jobs where id = any($1::uuid[]) and state = any($2::text[])
+      order by id for update`,
+    [jobIds, UNFINISHED_JOB_STATES],
   );
+  if (rows.length === 0) return [];
+  const declined = new Set(rows.filter((r) => r.state === 'blocked').map((r) => r.id));
   const cancelled = rows.map((r) => r.id);
-  if (cancelled.length === 0) return [];
-  for (const id of cancelled) await enqueueStatus(tx, id, 'error', `cancelled: ${reason}`);
+  await tx.query(
+    `update jobs
+        set state = 'cancelled', finished_at = now(),
+            error = coalesce(error, case when id = any($3::uuid[]) then $4 else $2 end)
+      where id = any($1::uuid[])`,
+    [cancelled, reason, [...declined], `declined: ${reason}`],
+  );
+  for (const id of cancelled) {
+    const what = declined.has(id) ? 'declined' : 'cancelled';
+    await enqueueStatus(tx, id, 'error', `${what}: ${reason}`);
+  }
   // Then the running tasks, before any task below them: a completion or a
   // lease expiry locks its task and then the tasks it skips, so taking the
   // running rows first keeps the lock order the same and avoids a deadlock.
@@ -105,8 +119,8 @@ export async function cancelPullRequest(
     async (tx) => {
       const { rows } = await tx.query<{ id: string }>(
         `select id from jobs
-          where project_id = $1 and pull_request = $2 and state in ('pending', 'running')`,
-        [projectId, pullRequest],
+          where project_id = $1 and pull_request = $2 and state = any($3::text[])`,
+        [projectId, pullRequest, UNFINISHED_JOB_STATES],
       );
       return cancelJobsTx(
         tx,

@@ -7,9 +7,9 @@ import {
   transaction,
 } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
-import type { JobState, JobTrigger } from '../states.ts';
+import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
-import { enqueueStatus } from './outbox.ts';
+import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { followUpAfterCommit, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
 
@@ -24,12 +24,20 @@ export interface NewJob {
   baseRef?: string | null;
   /** The forge's delivery id: a delivery seen before answers its job. */
   deliveryId?: string | null;
+  /** SHA-256 of the raw webhook body: a body accepted before, under any delivery id, answers its job. */
+  bodySha256?: Buffer | null;
+  /** Created `blocked`, waiting for approval before its compile (an untrusted job of an 'approve' project). */
+  blocked?: boolean;
+  /** Logins the compile must confirm as writers before the job is trusted (it is created untrusted). */
+  confirmWriters?: string[] | null;
+  /** Why the job is trusted or not, in words. */
+  trustReason?: string | null;
   rerunOf?: string | null;
 }
 
 export interface CreatedJob {
   job: JobRow;
-  /** True when the delivery id was seen before and `job` is the job it created. */
+  /** True when the delivery id, or the raw body under another id (a replay), was seen before and `job` is the job it created. */
   duplicate: boolean;
   /** Older unfinished jobs of the same ref that this one cancelled. */
   superseded: string[];
@@ -43,16 +51,35 @@ async function jobByDelivery(db: Queryable, projectId: string, deliveryId: strin
   return rows[0];
 }
 
+// Keyed by the unique index jobs_project_body (migrations/003): never a scan.
+async function jobByBody(db: Queryable, projectId: string, bodySha256: Buffer) {
+  const { rows } = await db.query<JobRow>(
+    'select * from jobs where project_id = $1 and body_sha256 = $2',
+    [projectId, bodySha256],
+  );
+  return rows[0];
+}
+
+/** The job a delivery id or a raw body created before, if either was seen. */
+async function seenBefore(db: Queryable, input: NewJob): Promise<JobRow | undefined> {
+  if (input.deliveryId) {
+    const existing = await jobByDelivery(db, input.projectId, input.deliveryId);
+    if (existing) return existing;
+  }
+  if (input.bodySha256) return jobByBody(db, input.projectId, input.bodySha256);
+  return undefined;
+}
+
 function supersedes(job: NewJob): boolean {
   return job.trigger !== 'rerun' && job.trigger !== 'tag' && !job.ref.startsWith('refs/tags/');
 }
 
 /**
- * Inserts a pending job with the project's next number, inside the caller's
- * transaction. At REPEATABLE READ (createJob, rerunJob) the project row lock
- * serialises creations of one project: a creation that waited for another's
- * commit fails with 40001 when the lock is granted, and its retry reads the
- * new counter and any job with its delivery id. `supersedes` tells the caller
+ * Inserts a pending (or blocked) job with the project's next number, inside
+ * the caller's transaction. At REPEATABLE READ (createJob, rerunJob) the
+ * project row lock serialises creations of one project: a creation that
+ * waited for another's commit fails with 40001 when the lock is granted, and
+ * its retry reads the new counter and any job with its delivery id or body. `supersedes` tells the caller
  * to cancel the older unfinished jobs of the ref once this has committed.
  */
 export async function createJobTx(
@@ -69,18 +96,25 @@ export async function createJobTx(
   const settings = project.rows[0];
   if (!settings) throw new NotFoundError(`project "${input.projectId}" does not exist`);
   const supersede = settings.cancel_superseded && supersedes(input);
-  if (input.deliveryId) {
-    const existing = await jobByDelivery(tx, input.projectId, input.deliveryId);
-    if (existing) return { job: existing, duplicate: true, supersedes: false };
-  }
+  // A delivery id seen before is the forge repeating itself; the same body
+  // under a new id is someone replaying a signed delivery (the signature does
+  // not cover the id). Either way the answer is the job it made, and nothing
+  // is written: no number taken, nothing superseded.
+  const existing = await seenBefore(tx, input);
+  if (existing) return { job: existing, duplicate: true, supersedes: false };
   const counter = await tx.query<{ job_counter: number }>(
     'update projects set job_counter = job_counter + 1 where id = $1 returning job_counter',
     [input.projectId],
   );
   const { rows } = await tx.query<JobRow>(
+    // A blocked job's compile is not dispatched until it is approved; the
+    // sweep only re-dispatches pending jobs.
     `insert into jobs (project_id, number, trigger, ref, sha, base_ref, pull_request, delivery_id,
-                       trusted, rerun_of, dispatched_at, compile_attempts)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), 0)
+                       body_sha256, trusted, confirm_writers, trust_reason, rerun_of, state,
+                       dispatched_at, compile_attempts)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+             case when $14 then 'blocked' else 'pending' end,
+             case when $14 then null else now() end, 0)
      returning *`,
     [
       input.projectId,
@@ -91,14 +125,21 @@ export async function createJobTx(
       input.baseRef ?? null,
       input.pullRequest ?? null,
       input.deliveryId ?? null,
+      input.bodySha256 ?? null,
       input.trusted,
+      input.confirmWriters?.length ? input.confirmWriters : null,
+      input.trustReason ?? null,
       input.rerunOf ?? null,
+      // Only an untrusted job is ever held.
+      (input.blocked ?? false) && !input.trusted,
     ],
   );
   const job = rows[0]!;
   // Held back a few seconds: a compile that starts the job at once replaces
-  // it with "running", and the forge sees one status, not two.
-  await enqueueStatus(tx, job.id, 'pending', 'waiting for the pipeline to be read', 5);
+  // it with "running", and the forge sees one status, not two. A blocked
+  // job's is posted at once: nothing follows it by itself.
+  if (job.state === 'blocked') await enqueueStatus(tx, job.id, 'pending', WAITING_FOR_APPROVAL);
+  else await enqueueStatus(tx, job.id, 'pending', 'waiting for the pipeline to be read', 5);
   return { job, duplicate: false, supersedes: supersede };
 }
 
@@ -122,9 +163,9 @@ async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
     async (tx) => {
       const older = await tx.query<{ id: string }>(
         `select id from jobs
-          where project_id = $1 and ref = $2 and number < $3 and state in ('pending', 'running')
+          where project_id = $1 and ref = $2 and number < $3 and state = any($4::text[])
           order by number`,
-        [job.project_id, job.ref, job.number],
+        [job.project_id, job.ref, job.number, UNFINISHED_JOB_STATES],
       );
       const cancelled = await cancelJobsTx(
         tx,
@@ -147,8 +188,9 @@ async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
 }
 
 /**
- * Creates a pending job for a project. A delivery id seen before, even by a
- * creation running at the same moment, answers the existing job. A push then
+ * Creates a pending job for a project (blocked, with `blocked`, when it is
+ * untrusted). A delivery id or a raw body seen before, even by a creation
+ * running at the same moment, answers the existing job. A push then
  * cancels the older unfinished jobs of its ref, when the project says so.
  */
 export async function createJob(pool: Pool, input: NewJob): Promise<CreatedJob> {
@@ -156,9 +198,9 @@ export async function createJob(pool: Pool, input: NewJob): Promise<CreatedJob> 
   try {
     created = await transaction(pool, (tx) => createJobTx(tx, input), CREATE);
   } catch (err) {
-    // The unique key is the backstop should two first deliveries still meet.
-    if (sqlState(err) === SQLSTATE.uniqueViolation && input.deliveryId) {
-      const existing = await jobByDelivery(pool, input.projectId, input.deliveryId);
+    // The unique keys are the backstop should two first deliveries still meet.
+    if (sqlState(err) === SQLSTATE.uniqueViolation) {
+      const existing = await seenBefore(pool, input);
       if (existing) return { job: existing, duplicate: true, superseded: [] };
     }
     throw err;
@@ -192,7 +234,7 @@ export async function countCompileAttempt(pool: Pool, jobId: string): Promise<nu
  */
 export async function insertTasksTx(
   tx: Queryable,
-  job: { id: string; project_id: string; created_at: Date },
+  job: { id: string; project_id: string; created_at: Date; trusted: boolean },
   specs: TaskSpec[],
 ): Promise<void> {
   if (specs.length === 0) return;
@@ -219,11 +261,13 @@ export async function insertTasksTx(
   }));
   // One statement for all tasks; a job can have hundreds.
   await tx.query(
-    `insert into tasks (job_id, job_created_at, position, name, base_name, matrix, image, script,
-                        env, labels, needs, secrets, outputs, allow_failure, max_attempts,
+    // `trusted` is the job's, copied so the claim picks from its own pool in
+    // the claim index (migrations/003).
+    `insert into tasks (job_id, job_created_at, trusted, position, name, base_name, matrix, image,
+                        script, env, labels, needs, secrets, outputs, allow_failure, max_attempts,
                         timeout_s, state, queued_at, attempt, exit_code, copied_from,
                         started_at, finished_at)
-     select $1, $2, r.position, r.name, r.base_name, r.matrix, r.image, r.script,
+     select $1, $2, $4, r.position, r.name, r.base_name, r.matrix, r.image, r.script,
             r.env, r.labels, r.needs, r.secrets, r.outputs, r.allow_failure, r.max_attempts,
             r.timeout_s,
             case when r.kept_from is not null then 'success'
@@ -237,7 +281,7 @@ export async function insertTasksTx(
               allow_failure boolean, max_attempts int, timeout_s int, kept_from uuid,
               kept_attempt int, kept_exit_code int, kept_started_at timestamptz,
               kept_finished_at timestamptz)`,
-    [job.id, job.created_at, JSON.stringify(records)],
+    [job.id, job.created_at, JSON.stringify(records), job.trusted],
   );
   await tx.query(
     `insert into task_needs (task_id, need_id)

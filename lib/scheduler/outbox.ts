@@ -4,6 +4,9 @@
 import type { Queryable } from '../db/index.ts';
 import type { StatusState } from '../states.ts';
 
+/** The status of a job held for approval: `pending` on the forge, with this description. */
+export const WAITING_FOR_APPROVAL = 'waiting for approval';
+
 /** The forge limits a status description to 140 characters. */
 export function shortDescription(text: string): string {
   const line = text.replace(/\s+/g, ' ').trim();

@@ -1,6 +1,6 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
-import type { JobState } from '../states.ts';
+import { FINISHED_JOB_STATES, type JobState } from '../states.ts';
 import { createJobTx, getJob, insertTasksTx } from './jobs.ts';
 import { enqueueStatus } from './outbox.ts';
 import { followUpAfterCommit } from './progress.ts';
@@ -30,7 +30,7 @@ export async function rerunJob(
     async (tx) => {
       const old = await getJob(tx, jobId);
       if (!old) throw new NotFoundError(`job ${jobId} does not exist`);
-      if (old.state === 'pending' || old.state === 'running') {
+      if (!(FINISHED_JOB_STATES as readonly JobState[]).includes(old.state)) {
         throw new ConflictError(
           `job #${old.number} is ${old.state}; only a finished job can be rerun`,
         );
@@ -40,7 +40,10 @@ export async function rerunJob(
         ref: old.ref,
         sha: old.sha,
         trigger: 'rerun',
+        // An untrusted job's rerun is untrusted. It is not held for approval:
+        // only an admin can ask for a rerun, and asking is the approval.
         trusted: old.trusted,
+        trustReason: `a rerun of job #${old.number}${old.trust_reason ? `: ${old.trust_reason}` : ''}`,
         pullRequest: old.pull_request,
         baseRef: old.base_ref,
         rerunOf: old.id,

@@ -13,7 +13,15 @@ export interface JobRow {
   base_ref: string | null;
   pull_request: number | null;
   delivery_id: string | null;
+  /** SHA-256 of the raw webhook body that created the job (replays are found by it). */
+  body_sha256: Buffer | null;
   trusted: boolean;
+  /** Logins whose write access the compile must confirm before trusting the job; null once settled. */
+  confirm_writers: string[] | null;
+  /** Why the job is trusted or not. */
+  trust_reason: string | null;
+  /** When an admin let a blocked job go on. */
+  approved_at: Date | null;
   rerun_of: string | null;
   pipeline_name: string | null;
   error: string | null;
@@ -48,6 +56,8 @@ export interface TaskRow {
   secrets: string[];
   outputs: string[];
   state: TaskState;
+  /** The job's trust, copied: which pool of workers may claim the task. */
+  trusted: boolean;
   attempt: number;
   max_attempts: number;
   lease_id: string | null;
@@ -102,4 +112,4 @@ export interface SchedulerOptions {
   claimRetries?: number;
 }
 
-export const DEFAULT_LEASE_S = 60;
+export const DEFAULT_LEASE_S = 45;

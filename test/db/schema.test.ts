@@ -4,11 +4,13 @@ import { SQLSTATE, sqlState } from '../../lib/db/index.ts';
 import {
   ATTEMPT_OUTCOMES,
   FORGES,
+  FORK_PULL_REQUEST_POLICIES,
   JOB_STATES,
   JOB_TRIGGERS,
   STATUS_RESULTS,
   STATUS_STATES,
   TASK_STATES,
+  VISIBILITIES,
 } from '../../lib/states.ts';
 import { testDatabase } from '../helpers/db.ts';
 
@@ -29,6 +31,8 @@ const pairs: [string, readonly string[]][] = [
   ['jobs_trigger_check', JOB_TRIGGERS],
   ['tasks_state_check', TASK_STATES],
   ['projects_forge_check', FORGES],
+  ['projects_fork_pull_requests_check', FORK_PULL_REQUEST_POLICIES],
+  ['projects_visibility_check', VISIBILITIES],
   ['task_attempts_outcome_check', ATTEMPT_OUTCOMES],
   ['status_outbox_state_check', STATUS_STATES],
   ['status_outbox_result_check', STATUS_RESULTS],

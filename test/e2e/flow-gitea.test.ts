@@ -55,7 +55,16 @@ test('a Gitea project without a forge token reads the raw file without Authoriza
 
 test('a Gitea pull request update (action synchronized) builds the head commit at refs/pull/N/head', async () => {
   const repo = 'harbor/charts';
-  const { secret } = await addProject({ forge: 'gitea', id: 'gitea-pr', name: 'charts', repo });
+  // Without a forge token Gitea cannot confirm the sender as a writer, so the
+  // pull request is untrusted; 'run' runs it at once (test/e2e/trust.test.ts
+  // has the confirmation).
+  const { secret } = await addProject({
+    forge: 'gitea',
+    id: 'gitea-pr',
+    name: 'charts',
+    repo,
+    fork_pull_requests: 'run',
+  });
   const head = sha('gitea-pr-head');
   fake.setFile(repo, head, pipeline('gitea-pr', '  charts:\n    script: [make]\n'));
   const { hook, view } = await deliverRunning(
@@ -68,8 +77,8 @@ test('a Gitea pull request update (action synchronized) builds the head commit a
   assert.equal(view.job.trigger, 'pull_request');
   assert.equal(view.job.ref, 'refs/pull/12/head');
   assert.equal(view.job.sha, head);
-  assert.equal(view.job.trusted, true);
-  const { token } = await createWorker(stack, ['gitea-pr']);
+  assert.equal(view.job.trusted, false);
+  const { token } = await createWorker(stack, ['gitea-pr'], 'gitea-pr', { untrusted: true });
   const task = await claimTask(stack, token);
   assert.equal(task.repo.ref, 'refs/pull/12/head');
 

@@ -444,15 +444,16 @@ export async function startE2E<K extends string = never>(
   return { fake, stack, projects, addProject: (spec) => addProject(stack, fake, spec) };
 }
 
-/** POST /v1/workers, asserting the 201; answers the worker and its token. */
+/** POST /v1/workers, asserting the 201; answers the worker and its token. `untrusted` registers it for untrusted tasks. */
 export async function createWorker(
   stack: TestStack,
   labels: string[],
   name = `runner-${labels.join('-') || 'any'}`,
+  opts: { untrusted?: boolean } = {},
 ): Promise<{ worker: Record<string, Json>; token: string }> {
   const res = await stack.call('POST', '/v1/workers', {
     token: stack.adminToken,
-    body: { name, labels },
+    body: { name, labels, ...(opts.untrusted ? { untrusted: true } : {}) },
   });
   assert.equal(res.status, 201, res.text);
   return { worker: res.body.worker, token: res.body.token };
@@ -598,7 +599,9 @@ export function assertJobShape(job: Record<string, Json>): void {
     assert.ok(field in job, `Job has no ${field}: ${JSON.stringify(job)}`);
   }
   assert.equal(typeof job.number, 'number');
-  assert.ok(['pending', 'running', 'success', 'failed', 'cancelled'].includes(job.state));
+  assert.ok(
+    ['pending', 'blocked', 'running', 'success', 'failed', 'cancelled'].includes(job.state),
+  );
   assert.ok(['push', 'tag', 'pull_request', 'manual', 'rerun'].includes(job.trigger));
   assert.equal(typeof job.trusted, 'boolean');
   assertTime(job.created_at, 'created_at');

@@ -104,9 +104,15 @@ describe('Gitea pull_request', () => {
     assert.equal(intent.kind === 'build' && intent.sha, GT_SHA.prHead);
   });
 
-  test('synchronized from a branch of the same repository is trusted', () => {
-    const intent = parseWebhook('gitea', 'pull_request', giteaPullRequest('synchronized'));
-    assert.equal(intent.kind === 'build' && intent.trusted, true);
+  test('synchronized from the same repository is untrusted until Gitea confirms its sender and author as writers (AGit)', () => {
+    const payload = giteaPullRequest('synchronized');
+    const intent = parseWebhook('gitea', 'pull_request', payload);
+    assert.equal(intent.kind === 'build' && intent.trusted, false);
+    const logins = [payload.sender.login, payload.pull_request.user.login];
+    assert.deepEqual(
+      intent.kind === 'build' && intent.confirmWriters,
+      logins.filter((l, i) => logins.indexOf(l) === i),
+    );
   });
 
   test("GitHub's spelling `synchronize` is accepted from Gitea too", () => {

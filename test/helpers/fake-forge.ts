@@ -6,8 +6,10 @@
 //           raw bytes for `Accept: application/vnd.github.raw(+json)`, else the
 //           JSON object with the content in base64, as GitHub answers it
 //   Gitea   GET /api/v1/repos/{owner}/{repo}/raw/{path}?ref={sha}
+//           GET /api/v1/repos/{owner}/{repo}/collaborators/{login}/permission
 //
-// A commit it was not given a file for answers 404 with the forge's own error body.
+// A commit it was not given a file for answers 404 with the forge's own error body, and so
+// does a login it was not given a permission for.
 import {
   createServer,
   type IncomingHttpHeaders,
@@ -42,6 +44,11 @@ export interface FakeForge {
   requests: ForgeRequest[];
   /** Serves `text` as `path` (default `.conductor.yml`) of `repo` at commit `sha`. */
   setFile(repo: string, sha: string, text: string, path?: string): void;
+  /**
+   * Answers Gitea's permission API for `login` on `repo`: a permission (`read`, `write`,
+   * `admin`, `owner`, `none`) as 200, or a bare HTTP status (403, say).
+   */
+  setPermission(repo: string, login: string, answer: string | number): void;
   /** Makes every request answer `outage` (500 unless given) until `up()`. */
   down(outage?: Outage): void;
   up(): void;
@@ -52,6 +59,7 @@ export interface FakeForge {
 
 const GITHUB_FILE = /^\/repos\/([^/]+)\/([^/]+)\/contents\/(.+)$/;
 const GITEA_RAW = /^\/api\/v1\/repos\/([^/]+)\/([^/]+)\/raw\/(.+)$/;
+const GITEA_PERMISSION = /^\/api\/v1\/repos\/([^/]+)\/([^/]+)\/collaborators\/([^/]+)\/permission$/;
 
 function json(res: ServerResponse, status: number, body: unknown): number {
   const text = JSON.stringify(body);
@@ -69,6 +77,8 @@ export async function startFakeForge(): Promise<FakeForge> {
   const key = (repo: string, sha: string, path: string) =>
     `${repo.toLowerCase()}@${sha.toLowerCase()}:${path}`;
   const requests: ForgeRequest[] = [];
+  const permissions = new Map<string, string | number>();
+  const who = (repo: string, login: string) => `${repo.toLowerCase()}:${login.toLowerCase()}`;
   let outage: Outage | null = null;
 
   const server: Server = createServer((req, res) => {
@@ -103,6 +113,19 @@ export async function startFakeForge(): Promise<FakeForge> {
     }
     if (outage !== null) {
       record.answered = json(res, outage, { message: 'Server Error' });
+      return;
+    }
+    const asked = GITEA_PERMISSION.exec(url.pathname);
+    if (req.method === 'GET' && asked) {
+      const login = decodeURIComponent(asked[3]!);
+      const repo = `${decodeURIComponent(asked[1]!)}/${decodeURIComponent(asked[2]!)}`;
+      const answer = permissions.get(who(repo, login));
+      record.answered =
+        answer === undefined
+          ? json(res, 404, { message: 'user does not exist', url: `${url.origin}/api/swagger` })
+          : typeof answer === 'number'
+            ? json(res, answer, { message: 'token does not have the required permission' })
+            : json(res, 200, { permission: answer, role_name: answer, user: { login } });
       return;
     }
     if (req.method !== 'GET' || !match || !record.repo) {
@@ -174,6 +197,9 @@ export async function startFakeForge(): Promise<FakeForge> {
     requests,
     setFile(repo, sha, text, path = '.conductor.yml') {
       files.set(key(repo, sha, path), text);
+    },
+    setPermission(repo, login, answer) {
+      permissions.set(who(repo, login), answer);
     },
     down(how = 500) {
       outage = how;

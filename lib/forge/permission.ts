@@ -1,0 +1,116 @@
+// Asking Gitea whether people may write to a repository, for the trust of a pull request from
+// the base repository (anyone who can read a Gitea repository can open one with the AGit flow).
+// Called by the compile outside any transaction.
+//
+//   GET {forge_url}/api/v1/repos/{owner}/{repo}/collaborators/{login}/permission
+//   200 {"permission": "none" | "read" | "write" | "admin" | "owner", "role_name", "user"}
+//
+// Gitea answers this only to a site administrator, a repository administrator, or the user
+// asked about; anything short of a confirmed writer leaves the job untrusted.
+import { ForgeUnavailableError, fetchErrorText, USER_AGENT } from './pipeline-file.ts';
+
+/** The permissions Gitea names for people who may push to the repository. */
+export const WRITE_PERMISSIONS: readonly string[] = ['write', 'admin', 'owner'];
+
+export interface WriterQuestion {
+  /** Gitea's base URL. */
+  forgeUrl: string;
+  /** `owner/name`. */
+  repo: string;
+  /** The project's forge token. */
+  token: string;
+  logins: string[];
+}
+
+/** Whether Gitea confirmed every login as a writer, and why not when it did not. */
+export interface WriterVerdict {
+  writers: boolean;
+  reason: string;
+}
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+
+/**
+ * Asks Gitea about each login in turn; writers only when every one is confirmed. A refusal, an
+ * unknown user or any answer that is not a write permission is a verdict (untrusted); a forge
+ * that cannot be reached, answers 5xx or rate-limits is a ForgeUnavailableError, so the compile
+ * is retried rather than settling trust on an outage.
+ */
+export async function confirmGiteaWriters(
+  q: WriterQuestion,
+  opts: { timeoutMs?: number; fetch?: typeof fetch } = {},
+): Promise<WriterVerdict> {
+  if (q.logins.length === 0) {
+    return { writers: false, reason: 'the pull request names nobody for Gitea to confirm' };
+  }
+  const [owner = '', name = ''] = q.repo.split('/');
+  const base = `${q.forgeUrl.replace(/\/+$/, '')}/api/v1/repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  for (const login of q.logins) {
+    const url = `${base}/collaborators/${encodeURIComponent(login)}/permission`;
+    let res: Response;
+    try {
+      res = await (opts.fetch ?? fetch)(url, {
+        headers: {
+          Authorization: `token ${q.token}`,
+          Accept: 'application/json',
+          'User-Agent': USER_AGENT,
+        },
+        // A redirect would carry the token elsewhere; it is an answer like any other here.
+        redirect: 'manual',
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+    } catch (error) {
+      throw new ForgeUnavailableError(
+        `Gitea at ${q.forgeUrl} could not be reached (${fetchErrorText(error, timeoutMs)}) while asking whether ${login} may write to ${q.repo}`,
+        { cause: error },
+      );
+    }
+    const body = await res.text().catch(() => '');
+    const status = res.status;
+    if (status === 429 || status >= 500) {
+      throw new ForgeUnavailableError(
+        `Gitea at ${q.forgeUrl} answered HTTP ${status} while asking whether ${login} may write to ${q.repo}`,
+      );
+    }
+    if (status === 401 || status === 403) {
+      return {
+        writers: false,
+        reason: `Gitea refused to say whether ${login} may write to ${q.repo} (HTTP ${status}): the project's forge token must belong to an administrator of the repository`,
+      };
+    }
+    if (status === 404) {
+      return { writers: false, reason: `Gitea does not know ${login} (HTTP 404)` };
+    }
+    if (status !== 200) {
+      return {
+        writers: false,
+        reason: `Gitea answered HTTP ${status} when asked whether ${login} may write to ${q.repo}`,
+      };
+    }
+    const permission = permissionOf(body);
+    if (permission === null || !WRITE_PERMISSIONS.includes(permission)) {
+      return {
+        writers: false,
+        reason: `Gitea says ${login} has ${permission === null ? 'no readable' : JSON.stringify(permission)} permission on ${q.repo}, not write, admin or owner`,
+      };
+    }
+  }
+  return {
+    writers: true,
+    reason: `Gitea confirmed that ${q.logins.join(' and ')} may write to ${q.repo}`,
+  };
+}
+
+function permissionOf(body: string): string | null {
+  try {
+    const parsed: unknown = JSON.parse(body);
+    if (typeof parsed === 'object' && parsed !== null && 'permission' in parsed) {
+      const { permission } = parsed;
+      return typeof permission === 'string' ? permission.toLowerCase() : null;
+    }
+  } catch {
+    // Not JSON: no permission to read.
+  }
+  return null;
+}
