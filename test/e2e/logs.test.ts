@@ -159,8 +159,13 @@ test('a fork pull request gets no secret value, so its log shows what it printed
     { secret: project.secret },
   );
   assert.equal(hook.status, 202, hook.text);
+  // The fork's job waits for approval, and then runs only on an untrusted worker.
+  const approved = await stack.call('POST', `/v1/jobs/${hook.body.job_id}/approve`, {
+    token: stack.adminToken,
+  });
+  assert.equal(approved.status, 200, approved.text);
   await waitForJob(stack, hook.body.job_id);
-  const { token } = await createWorker(stack, ['fork-log']);
+  const { token } = await createWorker(stack, ['fork-log'], 'fork-log', { untrusted: true });
   const task = await claimTask(stack, token);
   assert.deepEqual(task.secrets, {});
   await uploadLog(stack, token, task.id, {
