@@ -157,8 +157,11 @@ test('a failing line stops the script: the task fails with its exit code and is 
   await runner.stop();
 });
 
-test('secret values are masked by the runner before they are sent', async () => {
+test('secret values, the clone token and its Authorization header are masked by the runner before they are sent', async () => {
   const secret = 'hunter2-correct-horse';
+  // The repository is a local path, so git never sends it; the runner masks it all the same.
+  const cloneToken = 'ghs_clone_token_of_the_test';
+  const basic = Buffer.from(`x-access-token:${cloneToken}`).toString('base64');
   const f = await Fixture.create(
     stack,
     'secret',
@@ -167,6 +170,7 @@ test('secret values are masked by the runner before they are sent', async () => 
     script:
       - echo "the key is $DEPLOY_KEY"
       - printf 'and again %s' "$DEPLOY_KEY"
+      - echo "clone ${cloneToken} header ${basic}"
 `,
     {},
     { DEPLOY_KEY: secret },
@@ -175,7 +179,15 @@ test('secret values are masked by the runner before they are sent', async () => 
   const runner = await f.runner({
     fetch: async (input, init) => {
       if (String(input).endsWith('/logs')) sent.push(String(init?.body));
-      return fetch(input, init);
+      const res = await fetch(input, init);
+      if (!String(input).endsWith('/claim') || res.status !== 200) return res;
+      // A trusted task of a project with a forge token carries a clone token.
+      const answer = await res.json();
+      answer.task.repo.token = cloneToken;
+      return new Response(JSON.stringify(answer), {
+        status: 200,
+        headers: { 'content-type': 'application/json', date: res.headers.get('date') ?? '' },
+      });
     },
   });
   const jobId = await f.trigger();
@@ -183,10 +195,17 @@ test('secret values are masked by the runner before they are sent', async () => 
   assert.equal(view.job.state, 'success');
   const log = await f.log(view.tasks[0]!.id);
   assert.match(log, /\+ echo "the key is \$DEPLOY_KEY"\nthe key is \*\*\*\n/);
-  assert.match(log, /and again \*\*\*$/);
-  assert.ok(!log.includes(secret));
+  assert.match(log, /and again \*\*\*/);
+  assert.match(log, /^clone \*\*\* header \*\*\*$/m);
   assert.ok(sent.length > 0);
-  for (const body of sent) assert.ok(!body.includes(secret), 'no upload carries the secret');
+  for (const body of sent) {
+    for (const hidden of [secret, cloneToken, basic]) {
+      assert.ok(
+        !body.includes(hidden),
+        'no upload carries the secret, the clone token or its header',
+      );
+    }
+  }
   await runner.stop();
 });
 
