@@ -182,7 +182,7 @@ test('secret values, the clone token and its Authorization header are masked by 
       const res = await fetch(input, init);
       if (!String(input).endsWith('/claim') || res.status !== 200) return res;
       // A trusted task of a project with a forge token carries a clone token.
-      const answer = await res.json();
+      const answer = (await res.json()) as { task: { repo: { token?: string } } };
       answer.task.repo.token = cloneToken;
       return new Response(JSON.stringify(answer), {
         status: 200,
