@@ -13,8 +13,8 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
                        readable by the runner's user alone (or the token in
                        $CONDUCTOR_RUNNER_TOKEN)
   --run-as USER        run the shell executor's scripts as USER (the runner
-                       must be root): the only way scripts on this host cannot
-                       read the worker token
+                       must be root): the only way the shell executor keeps
+                       the worker token from scripts
   --untrusted          this runner runs untrusted code: refuse the shell
                        executor without --run-as
   --labels a,b         claim only tasks these labels satisfy (a subset of the
