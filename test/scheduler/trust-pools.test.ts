@@ -90,11 +90,12 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
     "select prosrc as src from pg_proc where proname = 'conductor_claim'",
   );
   assert.equal(rows.length, 1);
-  const candidate = /select t\.id into v_id([\s\S]*?skip locked)/.exec(rows[0]!.src);
-  assert.ok(candidate, 'the claim picks its candidate with one select');
-  const query = `select t.id ${candidate[1]}`
-    .replace(/v_trusted/g, '$1')
-    .replace(/p_labels/g, '$2');
+  // The select that picks a queued task (a later migration may look elsewhere first).
+  const candidate = [...rows[0]!.src.matchAll(/select t\.id into v_id([\s\S]*?skip locked)/g)]
+    .map((m) => m[1]!)
+    .find((q) => q.includes("t.state = 'queued'"));
+  assert.ok(candidate, 'the claim picks a queued task with one select');
+  const query = `select t.id ${candidate}`.replace(/v_trusted/g, '$1').replace(/p_labels/g, '$2');
   const client = await pool.connect();
   try {
     // The function's own settings (migrations/003), and the plan it keeps.
