@@ -3,11 +3,11 @@
 // project and two workers, a signed GitHub-style push, two runners, a live line
 // for each task state change, and a table at the end.
 import { execFileSync } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setQuiet } from '../log.ts';
 import { type Runner, startRunner } from '../runner/index.ts';
+import { tempDirForCluster } from './postgres.ts';
 import { sendPush } from './push.ts';
 import { startLocalStack } from './stack.ts';
 
@@ -57,7 +57,8 @@ export async function runDemo(
 ): Promise<DemoResult> {
   const started = Date.now();
   const deadline = started + (opts.timeoutMs ?? 120_000);
-  const scratch = await mkdtemp(join(tmpdir(), 'conductor-demo-'));
+  // As root too, the throwaway cluster stays in here (see tempDirForCluster).
+  const scratch = await tempDirForCluster('conductor-demo-');
   setQuiet(true);
   const runners: Runner[] = [];
   let stack: Awaited<ReturnType<typeof startLocalStack>> | undefined;
