@@ -28,8 +28,7 @@ import {
   SecretPutSchema,
   updateProject,
 } from '../lib/projects.ts';
-import { cancelJob, createJob, rerunJob } from '../lib/scheduler/index.ts';
-import { approveJob } from '../lib/scheduler/trust.ts';
+import { approveJob, cancelJob, createJob, rerunJob } from '../lib/scheduler/index.ts';
 import { deliverJobStatus } from '../lib/statuses.ts';
 import { getJobOnly, getJobView, listJobs } from '../lib/views.ts';
 import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/workers.ts';

@@ -12,11 +12,11 @@ import {
   countCompileAttempt,
   failJob,
   getJob,
+  type JobRow,
   noteCompileError,
+  settleJobTrust,
   startJob,
 } from './scheduler/index.ts';
-import { settleJobTrust } from './scheduler/trust.ts';
-import type { JobRow } from './scheduler/types.ts';
 import type { Keyring } from './secrets.ts';
 
 /** `blocked`: the forge did not confirm the job's trust and it waits for approval; `ignored`: nor did it, and the project ignores untrusted jobs. */

@@ -32,4 +32,5 @@ export { type FollowUpResult, followUp, settleJobAfterCommit } from './progress.
 export { type RerunResult, rerunJob } from './rerun.ts';
 export { purgeExpired, type RetentionOptions, type RetentionSummary } from './retention.ts';
 export { type SweepOptions, type SweepSummary, sweep } from './sweep.ts';
+export { approveJob, settleJobTrust } from './trust.ts';
 export * from './types.ts';
