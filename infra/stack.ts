@@ -103,7 +103,7 @@ export interface ConductorStackProps extends StackProps {
   nat?: 'gateway' | 'instance';
   /** CONDUCTOR_GITHUB_API_URL; default https://api.github.com. */
   githubApiUrl?: string;
-  /** CONDUCTOR_LEASE_S; default 60. */
+  /** CONDUCTOR_LEASE_S; default 45 (docs/scheduling.md, "Lost runners"). */
   leaseSeconds?: number;
   /** CONDUCTOR_DB_POOL_MAX, connections per Lambda container; default 2. */
   dbPoolMax?: number;
@@ -233,7 +233,7 @@ export class ConductorStack extends Stack {
       CONDUCTOR_DB_NAME: dbName,
       CONDUCTOR_APP_SECRET_ARN: this.appSecret.secretArn,
       CONDUCTOR_GITHUB_API_URL: props.githubApiUrl ?? 'https://api.github.com',
-      CONDUCTOR_LEASE_S: String(props.leaseSeconds ?? 60),
+      CONDUCTOR_LEASE_S: String(props.leaseSeconds ?? 45),
       CONDUCTOR_DB_POOL_MAX: String(props.dbPoolMax ?? 2),
       // RDS Proxy pins a session that prepares a statement to one database
       // connection; behind it the hot statements go unprepared.

@@ -19,7 +19,7 @@ export const ConfigSchema = z.object({
   /** One or more keys (comma-separated, the first seals); unset locally: generated and kept. */
   CONDUCTOR_SECRET_KEY: z.string().min(1).optional(),
   CONDUCTOR_GITHUB_API_URL: z.string().url().default('https://api.github.com'),
-  CONDUCTOR_LEASE_S: positiveInt(3600).default(60),
+  CONDUCTOR_LEASE_S: positiveInt(3600).default(45),
   CONDUCTOR_SWEEP_INTERVAL_S: positiveInt(3600).default(10),
   /** The compile Lambda's name; unset means compile runs in-process. */
   CONDUCTOR_COMPILE_FUNCTION: z.string().min(1).optional(),

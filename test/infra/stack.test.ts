@@ -345,7 +345,7 @@ describe('the functions', () => {
       assert.equal(env.CONDUCTOR_DB_NAME, 'conductor');
       assert.deepEqual(env.CONDUCTOR_APP_SECRET_ARN, { Ref: logicalId(stack, stack.appSecret) });
       assert.equal(env.CONDUCTOR_GITHUB_API_URL, 'https://api.github.com');
-      assert.equal(env.CONDUCTOR_LEASE_S, '60');
+      assert.equal(env.CONDUCTOR_LEASE_S, '45');
       assert.equal(env.CONDUCTOR_DB_POOL_MAX, '2');
       // Behind RDS Proxy a prepared statement would pin the session.
       assert.equal(env.CONDUCTOR_DB_PREPARED_STATEMENTS, 'false');
