@@ -30,15 +30,18 @@ export interface ClaimedTask extends TaskRow {
 }
 
 // One statement, committed on its own at REPEATABLE READ (the pool's session
-// default, lib/db/pool.ts): conductor_claim (migrations/002) locks the oldest
-// job's queued task the labels allow (FOR UPDATE SKIP LOCKED: a task another
-// claimer holds is passed over; one another claimer took and committed after
-// this statement's snapshot raises 40001, and the claim is retried at once
-// with a fresh snapshot), sets it running under a new attempt and lease, and
-// reads the job, the project and the outputs of the task's needs. In one
-// snapshot that is consistent: a task this claim could lock was last changed
-// before the snapshot, so its promotion, and every output committed before
-// that promotion, are visible to it. See docs/scheduling.md.
+// default, lib/db/pool.ts): conductor_claim (migrations/004) takes over an
+// expired lease of the worker's pool (docs/scheduling.md, "Lost runners") or
+// locks the oldest job's queued task the labels allow (FOR UPDATE SKIP
+// LOCKED: a task another claimer holds is passed over; one another claimer
+// took and committed after this statement's snapshot raises 40001, and the
+// claim is retried at once with a fresh snapshot), sets it running under a
+// new attempt and lease, and reads the job, the project and the outputs of
+// the task's needs. In one snapshot that is consistent: a task this claim
+// could lock was last changed before the snapshot, so its promotion, and
+// every output committed before that promotion, are visible to it.
+// `trusted` comes twice: the task's column, then the claim's (the job's and
+// the task's together); node-pg keeps the last, which is the one to use.
 /** The columns of a ClaimedTask, from a `conductor_claim(...) c` row. */
 export const CLAIMED_COLUMNS = `(c.task).*, c.project_id, c.sha, c.ref, c.trusted, c.repo_url,
   c.forge_token_enc, c.needs_outputs`;

@@ -376,9 +376,9 @@ export async function addHistory(pool: Pool, from: number, count: number): Promi
   );
   await pool.query(
     `insert into tasks (job_id, position, name, base_name, script, state, attempt, max_attempts,
-                        timeout_s, job_created_at, queued_at, started_at, finished_at)
+                        timeout_s, job_created_at, queued_at, started_at, finished_at, trusted)
      select j.id, p, 't' || p, 't' || p, '{true}', 'success', 1, 3, 3600, j.created_at,
-            j.started_at, j.started_at, j.finished_at
+            j.started_at, j.started_at, j.finished_at, true
        from jobs j cross join generate_series(0, 9) p
       where j.project_id = $1 and j.number between $2 and $3`,
     [project, firstJob, lastJob],
@@ -534,4 +534,80 @@ export async function webhookLatency(
     p99: percentile(times, 99),
     failures,
   };
+}
+
+export interface LostRunner {
+  leaseS: number;
+  pollMaxS: number;
+  sweepIntervalS: number;
+  /** From the lost runner's last heartbeat to the task's next claim, by takeover (no sweep running). */
+  takeoverS: number;
+  /** The same for a scheduler that relies on the sweep: the first scheduled sweep that finds the expired lease, then the runner's next poll. */
+  sweepOnlyS: number;
+}
+
+/**
+ * A runner's last heartbeat, then silence: an idle runner of the same pool
+ * polls at its longest idle interval (the reference runner's --poll-max-s)
+ * until it is handed the task, which the claim takes over once the lease has
+ * run out; no sweep runs. For the sweep-only figure, a sweep on its schedule
+ * (started at a random phase: it does not know when the runner went quiet)
+ * would have queued the task again at its first run after the lease ran out,
+ * and the runner's next poll after that would have claimed it; the polls are
+ * the measured ones, continued until then. One sample, in real time.
+ */
+export async function lostRunner(
+  url: string,
+  leaseS: number,
+  pollMaxS: number,
+  sweepIntervalS: number,
+): Promise<LostRunner> {
+  const { heartbeat } = await import('../../lib/scheduler/index.ts');
+  const pool = createPool({ url, max: 2 });
+  try {
+    const label = await queueTasks(pool, 1, 'jobs', 1);
+    const lost = await makeWorker(pool, [label]);
+    const poller = await makeWorker(pool, [label]);
+    const task = await claimTask(pool, lost, [label], { leaseS });
+    if (!task) throw new Error('nothing to claim');
+    await heartbeat(pool, lost, task.id, task.lease_id!, { leaseS });
+    const t0 = nowMs();
+    const expires = t0 + leaseS * 1000;
+    const phase = Math.random() * sweepIntervalS * 1000;
+    const sweepAt =
+      t0 +
+      phase +
+      Math.ceil((expires - t0 - phase) / (sweepIntervalS * 1000)) * sweepIntervalS * 1000;
+    const polls: number[] = [];
+    let taken: number | undefined;
+    while (taken === undefined) {
+      polls.push(nowMs());
+      const got = await claimTask(pool, poller, [label], { leaseS });
+      if (got) {
+        taken = nowMs();
+        await completeTask(pool, {
+          workerId: poller,
+          taskId: got.id,
+          leaseId: got.lease_id!,
+          outcome: 'success',
+        });
+        break;
+      }
+      await sleep(pollMaxS * 1000);
+    }
+    while (polls.at(-1)! < sweepAt) {
+      await sleep(pollMaxS * 1000);
+      polls.push(nowMs());
+    }
+    const nextPoll = polls.find((p) => p >= sweepAt)!;
+    return {
+      leaseS,
+      pollMaxS,
+      sweepIntervalS,
+      takeoverS: (taken - t0) / 1000,
+      sweepOnlyS: (nextPoll - t0) / 1000,
+    };
+  } finally {
+    await pool.end();
+  }
 }

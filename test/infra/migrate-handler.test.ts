@@ -29,6 +29,8 @@ if (!process.env.CONDUCTOR_TEST_ADMIN_URL && !process.env.DATABASE_URL) {
   const server = await startEmbeddedPostgres({
     dataDir: join(ownServerDir, 'pg'),
     ephemeral: true,
+    // As root the cluster may live under /var/lib/conductor/clusters: gone with the server.
+    removeOnStop: true,
   });
   process.env.CONDUCTOR_TEST_ADMIN_URL = server.url();
   ownServer = server;
