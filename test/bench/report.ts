@@ -1,5 +1,12 @@
 // Turns the measurements into the markdown report and the SVG chart.
-import type { CycleResult, EmptyClaims, EmptyWal, Latency, WebhookLatency } from './conductor.ts';
+import type {
+  CycleResult,
+  EmptyClaims,
+  EmptyWal,
+  Latency,
+  LostRunner,
+  WebhookLatency,
+} from './conductor.ts';
 import type { Rate } from './util.ts';
 
 export interface PerConcurrency {
@@ -27,6 +34,7 @@ export interface Results {
   wide?: CycleResult;
   fan?: CycleResult;
   webhook?: WebhookLatency;
+  lostRunner?: LostRunner;
   notes: string[];
 }
 
@@ -171,6 +179,13 @@ export function markdown(r: Results): string {
   if (r.webhook) {
     lines.push(
       `| webhook to first claimable task (${r.webhook.samples} pushes, ${r.webhook.failures} failed) | p50 ${f1(r.webhook.p50)} ms, p99 ${f1(r.webhook.p99)} ms |`,
+    );
+  }
+  if (r.lostRunner) {
+    const l = r.lostRunner;
+    lines.push(
+      `| lost runner: last heartbeat to the next claim (lease ${l.leaseS} s, idle poll ${l.pollMaxS} s), by takeover, sweep off | ${f1(l.takeoverS)} s |`,
+      `| the same with the sweep only (every ${l.sweepIntervalS} s, then the next poll) | ${f1(l.sweepOnlyS)} s |`,
     );
   }
   for (const row of r.rows) {

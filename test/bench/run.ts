@@ -14,6 +14,7 @@ import {
   httpCeiling,
   httpCycles,
   libraryCycles,
+  lostRunner,
   migrated,
   webhookLatency,
 } from './conductor.ts';
@@ -36,6 +37,8 @@ const P = quick
       histories: [1_000, 100_000],
       webhookSamples: 20,
       webhookLimitMs: 15_000,
+      // Not the defaults: the quick run cannot wait for a 45-s lease.
+      lost: { leaseS: 3, pollMaxS: 1, sweepIntervalS: 2 },
     }
   : {
       tasks: 1_000,
@@ -50,6 +53,9 @@ const P = quick
       histories: [1_000, 1_000_000],
       webhookSamples: 100,
       webhookLimitMs: 40_000,
+      // The defaults: CONDUCTOR_LEASE_S, the runner's --poll-max-s, and the
+      // local sweep's CONDUCTOR_SWEEP_INTERVAL_S.
+      lost: { leaseS: 45, pollMaxS: 10, sweepIntervalS: 10 },
     };
 const JOB_SIZE = 10;
 const BURST_BATCH = 50;
@@ -94,9 +100,9 @@ async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'conductor-bench-'));
   progress(`${results.mode} run; embedded PostgreSQL under ${work} (fsync on)`);
   const pg = await startEmbeddedPostgres({ dataDir: join(work, 'pg'), removeOnStop: true });
-  const dbs = ['lib', 'http', 'hist', 'hook', 'graphile', 'pgboss', 'bare'];
+  const dbs = ['lib', 'http', 'hist', 'hook', 'lost', 'graphile', 'pgboss', 'bare'];
   for (const db of dbs) await pg.createDatabase(db);
-  for (const db of ['lib', 'http', 'hist', 'hook']) await migrated(pg.url(db));
+  for (const db of ['lib', 'http', 'hist', 'hook', 'lost']) await migrated(pg.url(db));
   const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
   try {
     for (const c of P.concurrencies) {
@@ -199,6 +205,17 @@ async function main(): Promise<void> {
       );
       progress(
         `  p50 ${results.webhook.p50.toFixed(1)} ms, p99 ${results.webhook.p99.toFixed(1)} ms`,
+      );
+    });
+    await step('lost runner: last heartbeat to the next claim', async () => {
+      results.lostRunner = await lostRunner(
+        pg.url('lost'),
+        P.lost.leaseS,
+        P.lost.pollMaxS,
+        P.lost.sweepIntervalS,
+      );
+      progress(
+        `  takeover ${results.lostRunner.takeoverS.toFixed(1)} s, sweep only ${results.lostRunner.sweepOnlyS.toFixed(1)} s`,
       );
     });
     let history = 0;
