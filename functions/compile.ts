@@ -1,9 +1,11 @@
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { z } from 'zod';
 import { compileJob } from '../lib/compile.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
 import { zodIssues } from '../lib/http/index.ts';
+import { logger } from '../lib/log.ts';
 import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompileEventSchema = z.object({
@@ -25,4 +27,8 @@ async function main(event: unknown) {
   return { job_id: parsed.data.job_id, outcome };
 }
 
-export const handler = middy({ timeoutEarlyInMillis: 0 }).handler(main);
+// No early timeout: the sweep keeps its own deadline, and a compile that runs
+// out of time is left pending for the sweep to dispatch again.
+export const handler = middy({ timeoutEarlyInMillis: 0 })
+  .use(injectLambdaContext(logger))
+  .handler(main);

@@ -1,6 +1,8 @@
+import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
 import { getContext } from '../lib/context.ts';
+import { logger } from '../lib/log.ts';
 import { runSweep } from '../lib/sweeper.ts';
 
 // What the sweep leaves of the Lambda's time: one repair in flight when the
@@ -15,4 +17,8 @@ async function main(_event: unknown, context?: Partial<Context>) {
   return runSweep(await getContext(), { deadline });
 }
 
-export const handler = middy({ timeoutEarlyInMillis: 0 }).handler(main);
+// No early timeout: the sweep keeps its own deadline, and a compile that runs
+// out of time is left pending for the sweep to dispatch again.
+export const handler = middy({ timeoutEarlyInMillis: 0 })
+  .use(injectLambdaContext(logger))
+  .handler(main);

@@ -46,6 +46,17 @@ export class ConflictError extends AppError {
   }
 }
 
+/** The request could not be served now (out of time, the database away); sent again it may be. */
+export class UnavailableError extends AppError {
+  constructor(message: string, options?: ErrorOptions) {
+    super(503, 'unavailable', message, options);
+  }
+  // The message says nothing about the data, and tells the client to retry.
+  override get expose(): boolean {
+    return true;
+  }
+}
+
 export class PayloadTooLargeError extends AppError {
   constructor(message: string, options?: ErrorOptions) {
     super(413, 'payload_too_large', message, options);
