@@ -1,19 +1,6 @@
 import { z } from 'zod';
-import { requireAdmin } from '../lib/auth.ts';
-import { type AppContext, getContext } from '../lib/context.ts';
-import { dispatchCompile } from '../lib/dispatch.ts';
-import { NotFoundError } from '../lib/errors.ts';
-import {
-  type HttpEvent,
-  httpFunction,
-  idParam,
-  jsonBody,
-  pathParam,
-  queryParams,
-  type Reply,
-} from '../lib/http/index.ts';
-import { matchRoute } from '../lib/http/routes.ts';
-import { readLog } from '../lib/logs.ts';
+import { dispatchCompile } from '../lib/app/dispatch.ts';
+import { readLog } from '../lib/app/logs.ts';
 import {
   createProject,
   deleteProject,
@@ -27,11 +14,24 @@ import {
   rotateWebhookSecret,
   SecretPutSchema,
   updateProject,
-} from '../lib/projects.ts';
+} from '../lib/app/projects.ts';
+import { deliverJobStatus } from '../lib/app/statuses.ts';
+import { getJobOnly, getJobView, listJobs } from '../lib/app/views.ts';
+import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/app/workers.ts';
+import { type AppContext, getContext } from '../lib/context.ts';
+import { NotFoundError } from '../lib/errors.ts';
+import { requireAdmin } from '../lib/http/auth.ts';
+import {
+  type HttpEvent,
+  httpFunction,
+  idParam,
+  jsonBody,
+  pathParam,
+  queryParams,
+  type Reply,
+} from '../lib/http/index.ts';
+import { matchRoute } from '../lib/http/routes.ts';
 import { approveJob, cancelJob, createJob, rerunJob } from '../lib/scheduler/index.ts';
-import { deliverJobStatus } from '../lib/statuses.ts';
-import { getJobOnly, getJobView, listJobs } from '../lib/views.ts';
-import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/workers.ts';
 
 const SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
 

@@ -1,12 +1,12 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { z } from 'zod';
-import { compileJob } from '../lib/compile.ts';
+import { compileJob } from '../lib/app/compile.ts';
+import { deliverJobStatus } from '../lib/app/statuses.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
 import { zodIssues } from '../lib/http/index.ts';
 import { logger } from '../lib/log.ts';
-import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompileEventSchema = z.object({
   job_id: z.string().regex(/^[0-9a-f-]{36}$/i, 'must be a job id'),

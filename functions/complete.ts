@@ -1,12 +1,12 @@
 import { z } from 'zod';
-import { requireWorker, workerTokenHash, workerTokenRequired } from '../lib/auth.ts';
+import { maskSecrets, taskSecretValues, WITHHELD_ERROR } from '../lib/app/logs.ts';
+import { deliverJobStatus } from '../lib/app/statuses.ts';
 import { type AppContext, getContext } from '../lib/context.ts';
+import { requireWorker, workerTokenHash, workerTokenRequired } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
-import { maskSecrets, taskSecretValues, WITHHELD_ERROR } from '../lib/logs.ts';
 import { completeSuccessByToken, completeTask } from '../lib/scheduler/index.ts';
 import { SecretDecryptError } from '../lib/secrets.ts';
-import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompleteSchema = z.strictObject({
   lease_id: LeaseIdSchema,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { requireWorker } from '../lib/auth.ts';
 import { getContext } from '../lib/context.ts';
+import { requireWorker } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
 import { heartbeat } from '../lib/scheduler/index.ts';

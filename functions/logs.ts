@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { requireWorker } from '../lib/auth.ts';
+import { appendLog, MAX_CHUNK_BYTES } from '../lib/app/logs.ts';
 import { getContext } from '../lib/context.ts';
+import { requireWorker } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
-import { appendLog, MAX_CHUNK_BYTES } from '../lib/logs.ts';
 
 export const LogChunkSchema = z.strictObject({
   lease_id: LeaseIdSchema,

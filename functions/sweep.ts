@@ -1,9 +1,9 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
+import { runSweep } from '../lib/app/sweep.ts';
 import { getContext } from '../lib/context.ts';
 import { logger } from '../lib/log.ts';
-import { runSweep } from '../lib/sweeper.ts';
 
 // What the sweep leaves of the Lambda's time: one repair in flight when the
 // deadline passes still has this long to finish (its lock waits give up

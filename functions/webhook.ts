@@ -1,8 +1,8 @@
+import { dispatchCompile } from '../lib/app/dispatch.ts';
+import { deliverJobStatus } from '../lib/app/statuses.ts';
+import { MAX_WEBHOOK_BYTES, receiveWebhook } from '../lib/app/webhook.ts';
 import { getContext } from '../lib/context.ts';
-import { dispatchCompile } from '../lib/dispatch.ts';
 import { type HttpEvent, httpFunction, type Reply, rawBody } from '../lib/http/index.ts';
-import { deliverJobStatus } from '../lib/statuses.ts';
-import { MAX_WEBHOOK_BYTES, receiveWebhook } from '../lib/webhooks.ts';
 
 /** POST /v1/webhooks/github and /v1/webhooks/gitea. */
 async function main(event: HttpEvent): Promise<Reply> {

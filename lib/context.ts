@@ -3,7 +3,7 @@
 // token. Deployed, the database credentials and the app's keys come from
 // Secrets Manager at cold start, never from plain environment variables.
 // Nothing here imports the Lambda client or the compiler: the functions that
-// do not dispatch compiles stay small (see lib/dispatch.ts).
+// do not dispatch compiles stay small (see lib/app/dispatch.ts).
 import { type Config, ConfigError, loadConfig } from './config.ts';
 import { createPool, type Pool, setPreparedStatements } from './db/index.ts';
 import { log } from './log.ts';
@@ -14,7 +14,7 @@ export interface AppContext {
   pool: Pool;
   keyring: Keyring;
   adminToken: string;
-  /** How to start a compile; unset: lib/dispatch.ts decides from the configuration. */
+  /** How to start a compile; unset: lib/app/dispatch.ts decides from the configuration. */
   dispatchCompile?: (jobId: string) => Promise<void>;
 }
 

@@ -1,4 +1,4 @@
-import { runCtl } from '../lib/local/ctl.ts';
+import { runCtl } from '../local/ctl.ts';
 
 process.exitCode = await runCtl(process.argv.slice(2), {
   out: (line) => console.log(line),

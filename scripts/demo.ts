@@ -1,5 +1,5 @@
 // npm run demo: the whole system in one command; exits 0 when the job succeeded.
-import { runDemo } from '../lib/local/demo.ts';
+import { runDemo } from '../local/demo.ts';
 
 const result = await runDemo((line) => console.log(line));
 process.exit(result.jobState === 'success' ? 0 : 1);

@@ -3,7 +3,7 @@
 import { join, resolve } from 'node:path';
 import { loadConfig } from '../lib/config.ts';
 import { createPool, migrate } from '../lib/db/index.ts';
-import { startEmbeddedPostgres } from '../lib/local/postgres.ts';
+import { startEmbeddedPostgres } from '../local/postgres.ts';
 
 const config = loadConfig();
 let url = config.DATABASE_URL;

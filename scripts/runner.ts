@@ -1,5 +1,5 @@
 // `npm run runner -- --url URL --token-file PATH [options]`: the reference runner (see docs/runner.md).
-import { runnerMain } from '../lib/runner/cli.ts';
+import { runnerMain } from '../runner/cli.ts';
 
 const code = await runnerMain(process.argv.slice(2), {
   env: process.env,

@@ -1,5 +1,5 @@
 // npm start: the whole control plane on this machine.
-import { startLocalStack } from '../lib/local/stack.ts';
+import { startLocalStack } from '../local/stack.ts';
 
 const stack = await startLocalStack();
 console.log(`Conductor is running at ${stack.url}`);

@@ -8,7 +8,7 @@ import { readdirSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join, relative } from 'node:path';
-import { startEmbeddedPostgres, tempDirForCluster } from '../lib/local/postgres.ts';
+import { startEmbeddedPostgres, tempDirForCluster } from '../local/postgres.ts';
 
 function findTests(path: string): string[] {
   if (statSync(path).isFile()) return path.endsWith('.test.ts') ? [path] : [];

@@ -1,10 +1,10 @@
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { JobState, TaskState } from '../states.ts';
-import { WORKER_BY_TOKEN } from '../worker-token.ts';
 import { endAttemptTx } from './attempt.ts';
 import { followUpAfterCommit } from './progress.ts';
 import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
+import { WORKER_BY_TOKEN } from './worker-token.ts';
 
 const OUTPUT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 

@@ -1,6 +1,6 @@
 // Commit statuses are written to an outbox in the same transaction as the job
 // state change they report, so a status is never lost and never posted for a
-// change that rolled back. lib/statuses delivers them after the commit.
+// change that rolled back. lib/app/statuses.ts delivers them after the commit.
 import type { Queryable } from '../db/index.ts';
 import type { StatusState } from '../states.ts';
 

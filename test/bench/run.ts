@@ -5,7 +5,7 @@
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startEmbeddedPostgres } from '../../lib/local/postgres.ts';
+import { startEmbeddedPostgres } from '../../local/postgres.ts';
 import {
   addHistory,
   claimLatency,

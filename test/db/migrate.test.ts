@@ -11,7 +11,7 @@ import {
   migrate,
   type Pool,
 } from '../../lib/db/index.ts';
-import { createDatabase, dropDatabase, withDatabase } from '../../lib/local/postgres.ts';
+import { createDatabase, dropDatabase, withDatabase } from '../../local/postgres.ts';
 import { adminUrl, testDatabase } from '../helpers/db.ts';
 
 // Each test gets a fresh, unmigrated database so its starting point is known.

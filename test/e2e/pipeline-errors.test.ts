@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { Context } from 'aws-lambda';
 import { handler as compileHandler } from '../../functions/compile.ts';
-import { dispatchCompile } from '../../lib/dispatch.ts';
+import { dispatchCompile } from '../../lib/app/dispatch.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import { sweep } from '../../lib/scheduler/index.ts';
-import { runSweep } from '../../lib/sweeper.ts';
 import {
   claimTask,
   createWorker,

@@ -7,7 +7,7 @@
 // repeat.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runSweep } from '../../lib/sweeper.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
 import {
   assertBadRequest,

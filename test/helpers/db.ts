@@ -5,12 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { basename } from 'node:path';
 import { after, afterEach } from 'node:test';
 import { createPool, migrate, type Pool } from '../../lib/db/index.ts';
-import {
-  adminQuery,
-  createDatabase,
-  dropDatabase,
-  withDatabase,
-} from '../../lib/local/postgres.ts';
+import { adminQuery, createDatabase, dropDatabase, withDatabase } from '../../local/postgres.ts';
 
 export interface TestDatabase {
   name: string;

@@ -4,8 +4,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
-import { type LocalStack, startLocalStack } from '../../lib/local/stack.ts';
 import { setQuiet } from '../../lib/log.ts';
+import { type LocalStack, startLocalStack } from '../../local/stack.ts';
 import { testDatabase } from './db.ts';
 
 export interface TestStack extends LocalStack {

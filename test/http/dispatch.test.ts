@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
-import { lambdaDispatcher } from '../../lib/dispatch.ts';
+import { lambdaDispatcher } from '../../lib/app/dispatch.ts';
 
 // A stand-in for the Lambda service: a real HTTP server on loopback that
 // records the Invoke requests the SDK sends.

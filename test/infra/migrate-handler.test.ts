@@ -13,9 +13,9 @@ import {
   runMigrations,
 } from '../../infra/migrate-handler.ts';
 import { loadMigrations } from '../../lib/db/index.ts';
-import { freePort, startEmbeddedPostgres } from '../../lib/local/postgres.ts';
 import { setQuiet } from '../../lib/log.ts';
 import { generateKey } from '../../lib/secrets.ts';
+import { freePort, startEmbeddedPostgres } from '../../local/postgres.ts';
 import { testDatabase } from '../helpers/db.ts';
 
 setQuiet(true);

@@ -4,7 +4,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { runCtl } from '../../lib/local/ctl.ts';
+import { runCtl } from '../../local/ctl.ts';
 import { testStack } from '../helpers/stack.ts';
 
 const stack = await testStack(import.meta.filename);

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runDemo } from '../../lib/local/demo.ts';
+import { runDemo } from '../../local/demo.ts';
 
 test('npm run demo runs the sample pipeline to success on two runners and shows the table', async () => {
   const lines: string[] = [];

@@ -4,7 +4,7 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import pg from 'pg';
-import { freePort, startEmbeddedPostgres, tempDirForCluster } from '../../lib/local/postgres.ts';
+import { freePort, startEmbeddedPostgres, tempDirForCluster } from '../../local/postgres.ts';
 
 // These start servers of their own, beside the one the test run shares.
 const parent = await tempDirForCluster('conductor-local-');

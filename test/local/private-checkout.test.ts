@@ -84,8 +84,8 @@ test('the embedded server starts from a checkout in a 0700 directory, keeps its 
   const before = modes(dirname(dataDir));
   assert.equal(before[outer], '700');
 
-  const postgres = await import(pathToFileURL(join(checkout, 'lib/local/postgres.ts')).href);
-  const files = await import(pathToFileURL(join(checkout, 'lib/local/postgres-files.ts')).href);
+  const postgres = await import(pathToFileURL(join(checkout, 'local/postgres.ts')).href);
+  const files = await import(pathToFileURL(join(checkout, 'local/postgres-files.ts')).href);
   const said: string[] = [];
   const say = (line: string) => said.push(line);
   const root = process.getuid?.() === 0;

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import type { RunnerEvent } from '../../lib/runner/index.ts';
+import type { RunnerEvent } from '../../runner/index.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, groupAlive, tempDir, waitFor } from './support.ts';
 

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { runSweep } from '../../lib/sweeper.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import { testStack } from '../helpers/stack.ts';
 import { childRunner, Fixture, groupAlive, killGroup, tempDir, waitFor } from './support.ts';
 

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type Runner, type RunnerOptions, startRunner } from '../../lib/runner/index.ts';
+import { type Runner, type RunnerOptions, startRunner } from '../../runner/index.ts';
 import type { TestStack } from '../helpers/stack.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');

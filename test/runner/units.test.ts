@@ -6,26 +6,21 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { formatDuration } from '../../lib/duration.ts';
-import { Backoff } from '../../lib/runner/backoff.ts';
-import { parseRunnerArgs } from '../../lib/runner/cli.ts';
-import { HttpStatusError } from '../../lib/runner/client.ts';
-import {
-  exportFile,
-  scriptEnvironment,
-  taskVariables,
-  toolEnvironment,
-} from '../../lib/runner/env.ts';
-import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../lib/runner/git.ts';
-import { containerName, dockerRunArgs, startRunner, type Task } from '../../lib/runner/index.ts';
+import { Backoff } from '../../runner/backoff.ts';
+import { parseRunnerArgs } from '../../runner/cli.ts';
+import { HttpStatusError } from '../../runner/client.ts';
+import { exportFile, scriptEnvironment, taskVariables, toolEnvironment } from '../../runner/env.ts';
+import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../runner/git.ts';
+import { containerName, dockerRunArgs, startRunner, type Task } from '../../runner/index.ts';
 import {
   chunkEnd,
   LogStream,
   maskList,
   maskText,
   unsafeSuffixLength,
-} from '../../lib/runner/logstream.ts';
-import { OutputsError, parseOutputs } from '../../lib/runner/outputs.ts';
-import { wrapperScript } from '../../lib/runner/script.ts';
+} from '../../runner/logstream.ts';
+import { OutputsError, parseOutputs } from '../../runner/outputs.ts';
+import { wrapperScript } from '../../runner/script.ts';
 import { tempDir, waitFor } from './support.ts';
 
 function task(over: Partial<Task> = {}): Task {

@@ -6,10 +6,10 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
 import pg from 'pg';
-import { claimForToken } from '../../lib/assignment.ts';
-import { hashToken } from '../../lib/auth.ts';
+import { claimForToken } from '../../lib/app/claim.ts';
+import { putSecret } from '../../lib/app/projects.ts';
 import { SESSION_OPTIONS } from '../../lib/db/index.ts';
-import { putSecret } from '../../lib/projects.ts';
+import { hashToken } from '../../lib/http/auth.ts';
 import { claimTask, completeTask, sweep } from '../../lib/scheduler/index.ts';
 import { generateKey, parseKeyring } from '../../lib/secrets.ts';
 import { spec } from '../helpers/fixtures.ts';

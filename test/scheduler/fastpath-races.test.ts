@@ -18,9 +18,9 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { hashToken, requireWorker } from '../../lib/auth.ts';
 import { type Pool, transaction } from '../../lib/db/index.ts';
 import { ConflictError, UnauthorizedError } from '../../lib/errors.ts';
+import { hashToken, requireWorker } from '../../lib/http/auth.ts';
 import type { HttpEvent } from '../../lib/http/index.ts';
 import {
   type ClaimedTask,

@@ -4,8 +4,8 @@
 // deliverer that died holds the row only until it expires.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { deliverJobStatus, deliverStatuses, statusOptions } from '../../lib/statuses.ts';
-import { runSweep } from '../../lib/sweeper.ts';
+import { deliverJobStatus, deliverStatuses, statusOptions } from '../../lib/app/statuses.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import {
   makeDue,
   ONE_TASK,

@@ -3,7 +3,7 @@
 // what matters is the order in which the posts for one commit and context land.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runSweep } from '../../lib/sweeper.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import {
   adminCall,
   ONE_TASK,

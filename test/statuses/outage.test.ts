@@ -5,7 +5,7 @@
 // the tests move next_attempt_at into the past.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runSweep } from '../../lib/sweeper.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import { sha } from '../e2e/support.ts';
 import {
   adminCall,

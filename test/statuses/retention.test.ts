@@ -5,8 +5,8 @@
 // then moved into the past through the pool.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { runSweep } from '../../lib/app/sweep.ts';
 import { purgeExpired } from '../../lib/scheduler/index.ts';
-import { runSweep } from '../../lib/sweeper.ts';
 import { claimTask, complete, sha, uploadLog, waitForJob } from '../e2e/support.ts';
 import {
   adminCall,

@@ -13,7 +13,7 @@
 // sweep that posts nothing more and leaves no row open.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { runSweep } from '../../lib/sweeper.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import { claimTask, complete, type Forge, sha } from '../e2e/support.ts';
 import type { FakeStatusForge, StatusPost } from '../helpers/fake-status-forge.ts';
 import type { TestStack } from '../helpers/stack.ts';

@@ -2,7 +2,7 @@
 // runner of its own, pushes, a simulated runner, and reads of the outbox.
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { runSweep } from '../../lib/sweeper.ts';
+import { runSweep } from '../../lib/app/sweep.ts';
 import {
   claim,
   complete,

@@ -1,6 +1,6 @@
 // A signed push webhook, shaped like the forge's own, for the CLI and the demo.
 import { randomUUID } from 'node:crypto';
-import { type ForgeKind, signBody, WEBHOOK_HEADERS } from '../forge/webhook.ts';
+import { type ForgeKind, signBody, WEBHOOK_HEADERS } from '../lib/forge/webhook.ts';
 
 export interface Push {
   /** The control plane's base URL. */

@@ -2,12 +2,11 @@
 // .conductor.yml at the job's commit from the forge (or a local repository),
 // compile it, and start the job with its tasks or fail it with every error. No
 // transaction is open while the forge is asked.
-import type { Pool } from './db/index.ts';
-import { confirmGiteaWriters, type WriterVerdict } from './forge/permission.ts';
-import { ForgeUnavailableError, fetchPipelineFile } from './forge/pipeline-file.ts';
-import { log } from './log.ts';
-import { compilePipeline, formatIssue, PipelineError } from './pipeline/index.ts';
-import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
+import type { Pool } from '../db/index.ts';
+import { confirmGiteaWriters, type WriterVerdict } from '../forge/permission.ts';
+import { ForgeUnavailableError, fetchPipelineFile } from '../forge/pipeline-file.ts';
+import { log } from '../log.ts';
+import { compilePipeline, formatIssue, PipelineError } from '../pipeline/index.ts';
 import {
   countCompileAttempt,
   failJob,
@@ -16,8 +15,9 @@ import {
   noteCompileError,
   settleJobTrust,
   startJob,
-} from './scheduler/index.ts';
-import type { Keyring } from './secrets.ts';
+} from '../scheduler/index.ts';
+import type { Keyring } from '../secrets.ts';
+import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
 
 /** `blocked`: the forge did not confirm the job's trust and it waits for approval; `ignored`: nor did it, and the project ignores untrusted jobs. */
 export type CompileOutcome =

@@ -1,7 +1,7 @@
-import type { AppContext } from './context.ts';
+import type { AppContext } from '../context.ts';
+import { log } from '../log.ts';
+import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { dispatchCompile } from './dispatch.ts';
-import { log } from './log.ts';
-import { purgeExpired, type SweepOptions, sweep } from './scheduler/index.ts';
 import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses.ts';
 
 /**

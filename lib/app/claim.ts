@@ -1,15 +1,16 @@
 // What a runner receives when it claims a task: the task, its job's commit,
 // the outputs of the tasks it needs, and (for trusted jobs only) its secrets
 // and the clone token.
-import { workerTokenRequired } from './auth.ts';
-import { type Pool, prepared, statement, TransactionConflictError } from './db/index.ts';
-import { ValidationError } from './errors.ts';
-import { log } from './log.ts';
+
+import { type Pool, prepared, statement, TransactionConflictError } from '../db/index.ts';
+import { ValidationError } from '../errors.ts';
+import { workerTokenRequired } from '../http/auth.ts';
+import { log } from '../log.ts';
+import { CLAIMED_COLUMNS, type ClaimedTask, releaseClaim } from '../scheduler/index.ts';
+import { followUpAfterCommit } from '../scheduler/progress.ts';
+import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
+import { type Keyring, SecretDecryptError } from '../secrets.ts';
 import { forgeToken, secretValues } from './projects.ts';
-import { CLAIMED_COLUMNS, type ClaimedTask, releaseClaim } from './scheduler/index.ts';
-import { followUpAfterCommit } from './scheduler/progress.ts';
-import { type Keyring, SecretDecryptError } from './secrets.ts';
-import { WORKER_BY_TOKEN } from './worker-token.ts';
 
 export interface Assignment {
   id: string;

@@ -1,8 +1,8 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { type Pool, prepared, statement } from './db/index.ts';
-import { UnauthorizedError } from './errors.ts';
-import { bearerToken, type HttpEvent } from './http/index.ts';
-import { WORKER_BY_TOKEN } from './worker-token.ts';
+import { type Pool, prepared, statement } from '../db/index.ts';
+import { UnauthorizedError } from '../errors.ts';
+import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
+import { bearerToken, type HttpEvent } from './index.ts';
 
 /** SHA-256 of a bearer token: what the database keeps instead of the token. */
 export function hashToken(token: string): Buffer {

@@ -5,7 +5,7 @@
 import { mkdir } from 'node:fs/promises';
 import { tmpdir, userInfo } from 'node:os';
 import { join, resolve } from 'node:path';
-import { log as defaultLog } from '../log.ts';
+import { log as defaultLog } from '../lib/log.ts';
 import { Backoff, pause } from './backoff.ts';
 import { isRetryable, MalformedTaskError, RunnerClient } from './client.ts';
 import { scriptEnvironment, toolEnvironment } from './env.ts';

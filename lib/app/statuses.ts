@@ -4,11 +4,11 @@
 // a bounded time has passed. Only a job's newest row is posted; rows of one job
 // are never posted concurrently, so a late delivery never overwrites a newer
 // state, and posting the same state twice is harmless to the forge.
-import type { AppContext } from './context.ts';
-import { type Pool, transaction } from './db/index.ts';
-import { log } from './log.ts';
+import type { AppContext } from '../context.ts';
+import { type Pool, transaction } from '../db/index.ts';
+import { log } from '../log.ts';
+import type { Keyring } from '../secrets.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
-import type { Keyring } from './secrets.ts';
 
 export interface DeliveryOptions {
   githubApiUrl: string;

@@ -1,7 +1,7 @@
 // Jobs and tasks as the API shows them (the contract's Job and TaskView).
-import type { Queryable } from './db/index.ts';
-import { NotFoundError } from './errors.ts';
-import type { JobRow } from './scheduler/index.ts';
+import type { Queryable } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
+import type { JobRow } from '../scheduler/index.ts';
 
 export type JobView = Omit<
   JobRow,

@@ -4,9 +4,9 @@
 // functions that dispatch (webhook, api, sweep) import this module, so the
 // Lambda client and the compiler stay out of the others' bundles.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
+import type { AppContext } from '../context.ts';
+import { log } from '../log.ts';
 import { compileJob } from './compile.ts';
-import type { AppContext } from './context.ts';
-import { log } from './log.ts';
 import { deliverJobStatus } from './statuses.ts';
 
 /** Dispatches compiles through the Lambda client as async (`Event`) invocations. */

@@ -1,7 +1,7 @@
 // The environment a script sees. Names built from task, matrix and output
 // names go through the pipeline's envFragment rule, the same one the compiler
 // uses to reject names that would clash.
-import { envFragment } from '../pipeline/names.ts';
+import { envFragment } from '../lib/pipeline/names.ts';
 import type { Task } from './protocol.ts';
 
 /** Where the script runs and writes its outputs, as the script sees those paths. */

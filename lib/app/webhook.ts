@@ -1,19 +1,19 @@
 // A forge's webhook, checked in the contract's order: size (the middleware),
 // headers and payload, project, signature, then what the event asks for.
 import { createHash } from 'node:crypto';
-import type { Pool } from './db/index.ts';
-import { BadRequestError, NotFoundError, UnauthorizedError } from './errors.ts';
+import type { Pool } from '../db/index.ts';
+import { BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
 import {
   type ForgeKind,
   parseWebhook,
   readWebhookHeaders,
   verifySignature,
   type WebhookIntent,
-} from './forge/webhook.ts';
-import type { Reply } from './http/index.ts';
+} from '../forge/webhook.ts';
+import type { Reply } from '../http/index.ts';
+import { cancelPullRequest, createJob } from '../scheduler/index.ts';
+import type { Keyring } from '../secrets.ts';
 import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
-import { cancelPullRequest, createJob } from './scheduler/index.ts';
-import type { Keyring } from './secrets.ts';
 
 export const MAX_WEBHOOK_BYTES = 5 * 1024 * 1024;
 

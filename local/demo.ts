@@ -5,7 +5,7 @@
 import { execFileSync } from 'node:child_process';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setQuiet } from '../log.ts';
+import { setQuiet } from '../lib/log.ts';
 import { type Runner, startRunner } from '../runner/index.ts';
 import { tempDirForCluster } from './postgres.ts';
 import { sendPush } from './push.ts';

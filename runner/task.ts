@@ -3,7 +3,7 @@
 // on cancel, timeout, shutdown or a lost lease, then complete.
 import { mkdir, mkdtemp, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { formatDuration } from '../duration.ts';
+import { formatDuration } from '../lib/duration.ts';
 import { Backoff } from './backoff.ts';
 import { HttpStatusError, type RunnerClient } from './client.ts';
 import type { Logger, RunnerEvent, TaskRef } from './events.ts';

@@ -1,9 +1,9 @@
 // Task logs, stored per attempt in chunks keyed by the byte offset the runner
 // counted, so a retried upload of a chunk is recognised and stored once.
-import { type Pool, type Queryable, transaction } from './db/index.ts';
-import { ConflictError, NotFoundError, PayloadTooLargeError } from './errors.ts';
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { ConflictError, NotFoundError, PayloadTooLargeError } from '../errors.ts';
+import type { Keyring } from '../secrets.ts';
 import { forgeToken, getProjectRow, secretValues } from './projects.ts';
-import type { Keyring } from './secrets.ts';
 
 export const MAX_CHUNK_BYTES = 1024 * 1024;
 const MASK = '***';

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from './db/index.ts';
-import { ConflictError, NotFoundError, ValidationError } from './errors.ts';
-import { isLocalRepo } from './forge/pipeline-file.ts';
-import { decrypt, encrypt, type Keyring } from './secrets.ts';
+import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
+import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
+import { isLocalRepo } from '../forge/pipeline-file.ts';
+import { decrypt, encrypt, type Keyring } from '../secrets.ts';
 import {
   FORGES,
   FORK_PULL_REQUEST_POLICIES,
@@ -11,7 +11,7 @@ import {
   type ForkPullRequestPolicy,
   VISIBILITIES,
   type Visibility,
-} from './states.ts';
+} from '../states.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;

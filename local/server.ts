@@ -5,9 +5,9 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Context } from 'aws-lambda';
-import type { HttpEvent, HttpResult } from '../http/index.ts';
-import { type FunctionName, matchRoute } from '../http/routes.ts';
-import { log } from '../log.ts';
+import type { HttpEvent, HttpResult } from '../lib/http/index.ts';
+import { type FunctionName, matchRoute } from '../lib/http/routes.ts';
+import { log } from '../lib/log.ts';
 
 export type HttpHandler = (event: HttpEvent, context: Context) => Promise<HttpResult>;
 export type Handlers = Record<FunctionName, HttpHandler>;

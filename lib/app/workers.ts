@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { hashToken, newToken } from './auth.ts';
-import { type Pool, type Queryable, transaction } from './db/index.ts';
-import { NotFoundError } from './errors.ts';
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
+import { hashToken, newToken } from '../http/auth.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
 

@@ -5,14 +5,14 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
-import { newToken } from '../auth.ts';
-import { type Config, loadConfig } from '../config.ts';
-import { type AppContext, clearContext, setContext } from '../context.ts';
-import { createPool, migrate, type Pool, setPreparedStatements } from '../db/index.ts';
-import { inProcessDispatcher } from '../dispatch.ts';
-import { log } from '../log.ts';
-import { generateKey, parseKeyring } from '../secrets.ts';
-import { runSweep } from '../sweeper.ts';
+import { inProcessDispatcher } from '../lib/app/dispatch.ts';
+import { runSweep } from '../lib/app/sweep.ts';
+import { type Config, loadConfig } from '../lib/config.ts';
+import { type AppContext, clearContext, setContext } from '../lib/context.ts';
+import { createPool, migrate, type Pool, setPreparedStatements } from '../lib/db/index.ts';
+import { newToken } from '../lib/http/auth.ts';
+import { log } from '../lib/log.ts';
+import { generateKey, parseKeyring } from '../lib/secrets.ts';
 import { startEmbeddedPostgres } from './postgres.ts';
 import { createLocalServer, type Handlers } from './server.ts';
 
@@ -37,12 +37,12 @@ async function keptValue(dir: string, file: string, make: () => string): Promise
 
 async function loadHandlers(): Promise<Handlers> {
   const [webhook, claim, heartbeat, logs, complete, api] = await Promise.all([
-    import('../../functions/webhook.ts'),
-    import('../../functions/claim.ts'),
-    import('../../functions/heartbeat.ts'),
-    import('../../functions/logs.ts'),
-    import('../../functions/complete.ts'),
-    import('../../functions/api.ts'),
+    import('../functions/webhook.ts'),
+    import('../functions/claim.ts'),
+    import('../functions/heartbeat.ts'),
+    import('../functions/logs.ts'),
+    import('../functions/complete.ts'),
+    import('../functions/api.ts'),
   ]);
   return {
     webhook: webhook.handler,
