@@ -6,7 +6,12 @@ import type { Pool } from '../db/index.ts';
 import { confirmGiteaWriters, type WriterVerdict } from '../forge/permission.ts';
 import { ForgeUnavailableError, fetchPipelineFile } from '../forge/pipeline-file.ts';
 import { log } from '../log.ts';
-import { compilePipeline, formatIssue, PipelineError } from '../pipeline/index.ts';
+import {
+  compilePipeline,
+  formatIssue,
+  type PipelineCompiler,
+  PipelineError,
+} from '../pipeline/index.ts';
 import {
   countCompileAttempt,
   failJob,
@@ -28,12 +33,16 @@ export type CompileOutcome =
   | 'blocked'
   | 'ignored';
 
-/** Compiles a pending job; safe to run twice for the same job (the second finds it started). */
+/**
+ * Compiles a pending job; safe to run twice for the same job (the second finds it started).
+ * `compile` runs the compiler: inline by default, on a worker thread locally (lib/dispatch.ts).
+ */
 export async function compileJob(
   pool: Pool,
   keyring: Keyring,
   githubApiUrl: string,
   jobId: string,
+  compile: PipelineCompiler = compilePipeline,
 ): Promise<CompileOutcome> {
   const job = await getJob(pool, jobId);
   if (!job || job.state !== 'pending') return 'not_pending';
@@ -79,9 +88,9 @@ export async function compileJob(
     throw err;
   }
 
-  let compiled: ReturnType<typeof compilePipeline>;
+  let compiled: Awaited<ReturnType<PipelineCompiler>>;
   try {
-    compiled = compilePipeline(text, {
+    compiled = await compile(text, {
       ref: job.ref,
       event: job.trigger,
       baseRef: job.base_ref,

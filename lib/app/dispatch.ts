@@ -6,6 +6,8 @@
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
 import type { AppContext } from '../context.ts';
 import { log } from '../log.ts';
+import type { PipelineCompiler } from '../pipeline/index.ts';
+import { compileInWorker } from '../pipeline/worker.ts';
 import { compileJob } from './compile.ts';
 import { deliverJobStatus } from './statuses.ts';
 
@@ -26,12 +28,19 @@ export function lambdaDispatcher(
   };
 }
 
-/** Compiles in this process, after the caller has answered (the local stack's way). */
-export function inProcessDispatcher(ctx: () => AppContext): (jobId: string) => Promise<void> {
+/**
+ * Compiles in this process, after the caller has answered (the local stack's way). The compiler
+ * itself runs on a worker thread (lib/pipeline/worker.ts): the one event loop that answers every
+ * local request never waits for a compile, however slow.
+ */
+export function inProcessDispatcher(
+  ctx: () => AppContext,
+  compile: PipelineCompiler = compileInWorker,
+): (jobId: string) => Promise<void> {
   return async (jobId) => {
     setImmediate(() => {
       const { pool, keyring, config } = ctx();
-      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId)
+      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId, compile)
         .then(() => deliverJobStatus(ctx(), jobId))
         .catch((err) =>
           log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),

@@ -1,11 +1,71 @@
+// Every bound the compiler enforces, in one place; docs/limits.md lists them for users. Each
+// exists because a hostile pipeline file (a fork's pull request can bring one) must not make the
+// control plane chew, store or hand out more than it can afford.
+
 /** The file a pipeline lives in, at the root of the repository. */
 export const PIPELINE_FILE = '.conductor.yml';
 
+const MiB = 1024 * 1024;
+
 /** Larger files are refused before parsing, so a hostile push cannot make the compiler chew on megabytes. */
-export const MAX_PIPELINE_BYTES = 1024 * 1024;
+export const MAX_PIPELINE_BYTES = MiB;
 
 /** The most tasks one job may hold after matrix expansion, counted before `only` filtering. */
 export const MAX_TASKS = 500;
 
 /** The most outputs one task may promise; each expansion of each producer is a variable to check. */
 export const MAX_OUTPUTS = 100;
+
+/**
+ * The most secrets one task may list. A claim answers their values (each at most 64 KiB, see
+ * lib/projects.ts), so 32 of them stay within 2 MiB of the 6 MB a Lambda answer may carry.
+ */
+export const MAX_SECRETS = 32;
+
+/**
+ * The most values aliases may copy in all. Nested aliases expand exponentially ("billion
+ * laughs"); yaml's own maxAliasCount only guards its toJS, which the compiler never calls.
+ */
+export const MAX_ALIASED_VALUES = 10_000;
+
+/**
+ * The most text aliases may copy in all, in UTF-8 bytes: one anchor of 100 KB repeated 200,000
+ * times is a short file but 20 GB of text to check, store and hand out.
+ */
+export const MAX_ALIASED_BYTES = 4 * MiB;
+
+/** The longest compiled task name: a task key (at most 100 characters) and its matrix values. */
+export const MAX_TASK_NAME_CHARS = 256;
+
+/**
+ * The most one compiled task may weigh: its strings (name, image, script, env, matrix, labels,
+ * needs, secret and output names) as JSON, as a claim hands them out. With at most 1 MiB of
+ * inherited outputs and 2 MiB of secret values, a claim answer stays well under Lambda's 6 MB.
+ */
+export const MAX_TASK_BYTES = MiB;
+
+/** The most all compiled tasks of one job may weigh, counted as each task is expanded. */
+export const MAX_JOB_BYTES = 10 * MiB;
+
+/** The most problems one compile reports; the rest are counted in a last line. */
+export const MAX_REPORTED_ISSUES = 100;
+
+/** The most "did you mean" suggestions one compile computes; later problems get none. */
+export const MAX_SUGGESTIONS = 20;
+
+/** The most candidates one suggestion compares a word against. */
+export const MAX_SUGGESTION_CANDIDATES = 1000;
+
+/** Words and candidates longer than this get no suggestion: names are at most 100 characters. */
+export const MAX_SUGGESTED_CHARS = 128;
+
+/** Local stack: a compile still running after this long is stopped, and its job fails. */
+export const COMPILE_TIME_LIMIT_MS = 10_000;
+
+/** Local stack: the heap a compile's worker thread may use before it is stopped. */
+export const COMPILE_MEMORY_MB = 256;
+
+/** `1048576 bytes (1 MiB)`: a byte count as messages state it. */
+export function describeBytes(bytes: number): string {
+  return bytes % MiB === 0 ? `${bytes} bytes (${bytes / MiB} MiB)` : `${bytes} bytes`;
+}

@@ -1,7 +1,7 @@
 import { findCycles } from './graph.ts';
 import type { IssueList, PathSegment } from './issues.ts';
-import { MAX_OUTPUTS, MAX_TASKS } from './limits.ts';
-import { didYouMean, quote } from './messages.ts';
+import { MAX_OUTPUTS, MAX_TASK_NAME_CHARS, MAX_TASKS } from './limits.ts';
+import { quote, type Suggester } from './messages.ts';
 import {
   cartesian,
   envFragment,
@@ -43,11 +43,17 @@ const TASK_NAME_RULE =
 
 /**
  * Checks what the schema cannot see, on the whole file before any `only` filtering: task names,
- * needs, cycles, matrix expansion, the task limit and environment-name clashes. Reads the
+ * needs, cycles, matrix expansion, the task limits and environment-name clashes. Reads the
  * converted YAML leniently, so it still runs when some task has a schema problem; returns null
- * when `tasks` is not a usable map (the schema reports that).
+ * when `tasks` is not a usable map (the schema reports that). The limits on tasks and on their
+ * names are checked from the matrix axes, before a single expansion is made.
  */
-export function planTasks(root: Plain, rootLoc: Loc, issues: IssueList): TaskPlan[] | null {
+export function planTasks(
+  root: Plain,
+  rootLoc: Loc,
+  issues: IssueList,
+  suggester: Suggester,
+): TaskPlan[] | null {
   const tasks = isPlainMap(root) ? root.tasks : undefined;
   const tasksLoc = rootLoc.entries?.get('tasks');
   if (!isPlainMap(tasks) || !tasksLoc?.entries) return null;
@@ -68,7 +74,7 @@ export function planTasks(root: Plain, rootLoc: Loc, issues: IssueList): TaskPla
     }
     const task = tasks[key] ?? null;
     const draft: Draft = { key, loc, task, needs: [], needIndex: new Map(), axes: null };
-    readNeeds(draft, known, keys, issues);
+    readNeeds(draft, known, keys, issues, suggester);
     draft.axes = readMatrix(draft, issues);
     drafts.push(draft);
   }
@@ -85,7 +91,7 @@ export function planTasks(root: Plain, rootLoc: Loc, issues: IssueList): TaskPla
     issues.add(
       tasksLoc.offset,
       ['tasks'],
-      `the pipeline expands to ${count}; at most ${MAX_TASKS} are allowed`,
+      `the pipeline expands to ${count}; at most ${MAX_TASKS} tasks per job are allowed`,
     );
     return null;
   }
@@ -105,6 +111,7 @@ function readNeeds(
   known: ReadonlySet<string>,
   keys: string[],
   issues: IssueList,
+  suggester: Suggester,
 ): void {
   const needs = isPlainMap(draft.task) ? draft.task.needs : undefined;
   if (!Array.isArray(needs)) return;
@@ -116,7 +123,7 @@ function readNeeds(
     if (need === draft.key) {
       issues.add(offset, path, 'a task cannot need itself');
     } else if (!known.has(need)) {
-      const hint = didYouMean(need, others(keys, draft.key));
+      const hint = suggester.suggest(need, others(keys, draft.key));
       issues.add(offset, path, `unknown task ${quote(need)}${hint}`);
     } else if (!draft.needIndex.has(need)) {
       draft.needIndex.set(need, index);
@@ -183,7 +190,24 @@ function readMatrix(draft: Draft, issues: IssueList): Array<[string, string[]]> 
     });
     axes.push([key, values]);
   }
-  return usable ? axes : null;
+  if (!usable) return null;
+  // The longest name any expansion gets: every axis at its longest value.
+  const longest = matrixTaskName(
+    draft.key,
+    axes.map(([key, values]): [string, string] => [
+      key,
+      values.reduce((a, b) => (b.length > a.length ? b : a), ''),
+    ]),
+  );
+  if (longest.length > MAX_TASK_NAME_CHARS) {
+    issues.add(
+      matrixLoc.offset,
+      path,
+      `expands to task names of up to ${longest.length} characters, such as ${quote(longest)}; at most ${MAX_TASK_NAME_CHARS} characters per task name are allowed`,
+    );
+    return null;
+  }
+  return axes;
 }
 
 function expand(draft: Draft, issues: IssueList): Expansion[] | null {

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { PathSegment } from './issues.ts';
-import { MAX_OUTPUTS } from './limits.ts';
-import { describeValue, didYouMean, quote } from './messages.ts';
+import { MAX_OUTPUTS, MAX_SECRETS } from './limits.ts';
+import { describeValue, quote, type Suggester } from './messages.ts';
 import { envFragment, MATRIX_KEY_PATTERN, VAR_NAME_PATTERN } from './names.ts';
 
 /** Timeout of a task when neither it nor the defaults set one: one hour. */
@@ -133,7 +133,10 @@ export const TaskSchema = z.strictObject({
   timeout: TimeoutSchema.optional(),
   labels: LabelsSchema.optional(),
   env: EnvSchema.optional(),
-  secrets: z.array(nameSchema(VAR_NAME_PATTERN, 'secret name', VAR_RULE)).optional(),
+  secrets: z
+    .array(nameSchema(VAR_NAME_PATTERN, 'secret name', VAR_RULE))
+    .max(MAX_SECRETS, `must list at most ${MAX_SECRETS} secrets`)
+    .optional(),
   outputs: OutputsSchema.optional(),
   matrix: MatrixSchema.optional(),
 });
@@ -222,14 +225,19 @@ function knownKeys(path: readonly PathSegment[]): string[] {
   return [];
 }
 
-function toProblems(issue: z.core.$ZodIssue, prefix: PathSegment[], out: SchemaProblem[]): void {
+function toProblems(
+  issue: z.core.$ZodIssue,
+  prefix: PathSegment[],
+  out: SchemaProblem[],
+  suggester: Suggester,
+): void {
   const path = [
     ...prefix,
     ...issue.path.map((segment) => (typeof segment === 'symbol' ? String(segment) : segment)),
   ];
   if (issue.code === 'unrecognized_keys') {
     for (const key of issue.keys) {
-      const hint = didYouMean(key, knownKeys(path));
+      const hint = suggester.suggest(key, knownKeys(path));
       out.push({
         path,
         at: [...path, key],
@@ -249,7 +257,7 @@ function toProblems(issue: z.core.$ZodIssue, prefix: PathSegment[], out: SchemaP
       (errors) => errors.length > 0 && errors.every((inner) => inner.path.length > 0),
     );
     if (branch) {
-      for (const inner of branch) toProblems(inner, path, out);
+      for (const inner of branch) toProblems(inner, path, out, suggester);
       return;
     }
   }
@@ -268,13 +276,16 @@ function toProblems(issue: z.core.$ZodIssue, prefix: PathSegment[], out: SchemaP
 }
 
 /** Checks converted YAML against the pipeline format; each problem says where it belongs. */
-export function checkPipelineFile(value: unknown): {
+export function checkPipelineFile(
+  value: unknown,
+  suggester: Suggester,
+): {
   file: PipelineFile | null;
   problems: SchemaProblem[];
 } {
   const result = PipelineFileSchema.safeParse(value, { error: errorMap });
   if (result.success) return { file: result.data, problems: [] };
   const problems: SchemaProblem[] = [];
-  for (const issue of result.error.issues) toProblems(issue, [], problems);
+  for (const issue of result.error.issues) toProblems(issue, [], problems, suggester);
   return { file: null, problems };
 }

@@ -13,6 +13,7 @@ import {
   Parser,
 } from 'yaml';
 import { IssueList, type PathSegment } from './issues.ts';
+import { describeBytes, MAX_ALIASED_BYTES, MAX_ALIASED_VALUES } from './limits.ts';
 import { quote } from './messages.ts';
 
 /** A YAML value as plain data: maps are null-prototype objects, so no key can reach a prototype. */
@@ -51,10 +52,6 @@ const MAX_DEPTH = 32;
 
 // yaml's parser stack holds the document and the token being read on top of the open collections.
 const MAX_PARSER_STACK = MAX_DEPTH + 3;
-
-// Aliases may be nested to expand exponentially ("billion laughs"); this bounds the total values
-// produced through aliases, in place of yaml's maxAliasCount (we never call its toJS).
-const MAX_ALIASED_VALUES = 10_000;
 
 /** Tests for a converted YAML map. */
 export function isPlainMap(value: unknown): value is PlainMap {
@@ -178,6 +175,8 @@ function anchorTargets(root: unknown): Map<Alias, unknown> {
 
 type Converted = [Plain, Loc];
 
+const ALIASED_BYTES_MESSAGE = `aliases expand to more than ${describeBytes(MAX_ALIASED_BYTES)} of text`;
+
 function leaf(value: Plain, offset: number, text: string | null = null): Converted {
   return [value, { offset, keyOffset: offset, text, entries: null, items: null }];
 }
@@ -199,6 +198,10 @@ class Converter {
   // Collections being converted right now: an alias to one of them would recurse forever.
   readonly #active = new Set<unknown>();
   #aliased = 0;
+  // Text copied through aliases, in UTF-8 bytes: scalars and keys, however deep inside the alias.
+  #aliasedBytes = 0;
+  // The outermost alias being expanded right now: where a limit it crosses is reported.
+  #expanding: { offset: number; path: PathSegment[] } | null = null;
   #exhausted = false;
   /** Set by problems that leave holes in the data (bad aliases, excess nesting): checking the
    * schema on what remains would only add confusing follow-up errors. */
@@ -217,16 +220,21 @@ class Converter {
     viaAlias: boolean,
   ): Converted {
     const offset = startOf(node, fallback);
+    if (this.#exhausted) return leaf(null, offset);
     if (viaAlias && ++this.#aliased > MAX_ALIASED_VALUES) {
-      if (!this.#exhausted) {
-        this.#issues.add(offset, path, `aliases expand to more than ${MAX_ALIASED_VALUES} values`);
-      }
-      this.#exhausted = true;
-      this.broken = true;
-      return leaf(null, offset);
+      return this.#exhaust(
+        offset,
+        path,
+        `aliases expand to more than ${MAX_ALIASED_VALUES} values`,
+      );
     }
     if (isAlias(node)) return this.#alias(node, offset, path, depth, viaAlias);
-    if (isScalar(node)) return this.#scalar(node.value, node.source, offset);
+    if (isScalar(node)) {
+      if (this.#expanding && !this.#copy(node.value, node.source)) {
+        return this.#exhaust(offset, path, ALIASED_BYTES_MESSAGE);
+      }
+      return this.#scalar(node.value, node.source, offset);
+    }
     if (!isMap(node) && !isSeq(node)) return leaf(null, offset);
     if (depth >= MAX_DEPTH) {
       this.#issues.add(offset, path, `nested more than ${MAX_DEPTH} levels deep`);
@@ -253,6 +261,22 @@ class Converter {
     }
   }
 
+  // Reports a spent alias budget once, where the outermost alias that spent it is.
+  #exhaust(offset: number, path: PathSegment[], message: string): Converted {
+    const at = this.#expanding ?? { offset, path };
+    this.#issues.add(at.offset, at.path, message);
+    this.#exhausted = true;
+    this.broken = true;
+    return leaf(null, offset);
+  }
+
+  // Counts a scalar copied through an alias; false once the copies pass MAX_ALIASED_BYTES.
+  #copy(value: unknown, source: string | undefined): boolean {
+    const text = typeof value === 'string' ? value : (source ?? String(value));
+    this.#aliasedBytes += Buffer.byteLength(text, 'utf8');
+    return this.#aliasedBytes <= MAX_ALIASED_BYTES;
+  }
+
   #alias(
     node: Alias,
     offset: number,
@@ -275,11 +299,17 @@ class Converter {
       this.broken = true;
       return leaf(null, offset);
     }
-    // A plain scalar alias costs no more than the value written out; only collections can blow up.
+    // A scalar alias is one value, however long: its text is counted by length instead.
     const counted = viaAlias || !isScalar(target);
-    const [value, loc] = this.convert(target, offset, path, depth, counted);
-    // Point at the alias for a value of the wrong kind; what is inside it stays at the anchor.
-    return [value, { ...loc, offset, keyOffset: offset }];
+    const outermost = this.#expanding === null;
+    if (outermost) this.#expanding = { offset, path };
+    try {
+      const [value, loc] = this.convert(target, offset, path, depth, counted);
+      // Point at the alias for a value of the wrong kind; what is inside it stays at the anchor.
+      return [value, { ...loc, offset, keyOffset: offset }];
+    } finally {
+      if (outermost) this.#expanding = null;
+    }
   }
 
   #scalar(value: unknown, source: string | undefined, offset: number): Converted {
@@ -367,6 +397,18 @@ class Converter {
   }
 
   #key(node: unknown, offset: number, path: PathSegment[]): string | null {
+    if (this.#exhausted) return null;
+    const key = this.#keyText(node, offset, path);
+    // Keys count like values: copied inside an alias, or named by an alias themselves.
+    const copied = this.#expanding !== null || isAlias(node);
+    if (key !== null && copied && !this.#copy(key, undefined)) {
+      this.#exhaust(offset, path, ALIASED_BYTES_MESSAGE);
+      return null;
+    }
+    return key;
+  }
+
+  #keyText(node: unknown, offset: number, path: PathSegment[]): string | null {
     let key = node;
     if (isAlias(node)) {
       key = this.#targets.get(node);

@@ -473,7 +473,7 @@ describe('task graph errors', () => {
           script: [x]
           matrix: { a: [1, 2, 3, 4, 5, 6, 7, 8], b: [1, 2, 3, 4, 5, 6, 7, 8], c: [1, 2, 3, 4, 5, 6, 7, 8] }
     `;
-    const message = 'the pipeline expands to 513 tasks; at most 500 are allowed';
+    const message = 'the pipeline expands to 513 tasks; at most 500 tasks per job are allowed';
     assert.equal(show(onlyIssue(text)), `3:3 tasks: ${message}`);
     assert.equal(
       show(onlyIssue(text, { ref: 'refs/heads/x', event: 'push' })),
