@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { inProcessDispatcher } from '../../lib/dispatch.ts';
+import { inProcessDispatcher } from '../../lib/app/dispatch.ts';
 import { CompileWorker } from '../../lib/pipeline/worker.ts';
 import {
   claim,
