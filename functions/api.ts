@@ -1,5 +1,13 @@
 import { z } from 'zod';
-import { dispatchCompile } from '../lib/app/dispatch.ts';
+import { checkHealth } from '../lib/app/health.ts';
+import {
+  approveBlockedJob,
+  cancelJobNow,
+  RerunSchema,
+  rerunFinishedJob,
+  startManualJob,
+  TriggerSchema,
+} from '../lib/app/jobs.ts';
 import { readLog } from '../lib/app/logs.ts';
 import {
   createProject,
@@ -15,8 +23,7 @@ import {
   SecretPutSchema,
   updateProject,
 } from '../lib/app/projects.ts';
-import { deliverJobStatus } from '../lib/app/statuses.ts';
-import { getJobOnly, getJobView, listJobs } from '../lib/app/views.ts';
+import { getJobView, listProjectJobs } from '../lib/app/views.ts';
 import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/app/workers.ts';
 import { type AppContext, getContext } from '../lib/context.ts';
 import { NotFoundError } from '../lib/errors.ts';
@@ -31,22 +38,7 @@ import {
   type Reply,
 } from '../lib/http/index.ts';
 import { matchRoute } from '../lib/http/routes.ts';
-import { approveJob, cancelJob, createJob, rerunJob } from '../lib/scheduler/index.ts';
 
-const SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
-
-export const TriggerSchema = z.strictObject({
-  ref: z
-    .string()
-    .min(1)
-    .max(1024)
-    .refine((r) => !/\s/.test(r), 'must not contain white space'),
-  sha: z
-    .string()
-    .transform((s) => s.toLowerCase())
-    .refine((s) => SHA.test(s), 'must be a full commit sha (40 or 64 hex digits)'),
-});
-export const RerunSchema = z.strictObject({ failed_only: z.boolean().default(false) });
 const JobListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20),
   before: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
@@ -108,49 +100,32 @@ const routes: Record<string, Route> = {
   'GET /v1/projects/{id}/jobs': async (event, ctx) => {
     const projectId = pathParam(event, 'id');
     const { limit, before } = queryParams(event, JobListQuery);
-    await getProject(ctx.pool, projectId);
-    return { status: 200, body: { jobs: await listJobs(ctx.pool, projectId, limit, before) } };
+    return {
+      status: 200,
+      body: { jobs: await listProjectJobs(ctx.pool, projectId, limit, before) },
+    };
   },
   'POST /v1/projects/{id}/jobs': async (event, ctx) => {
-    const { ref, sha } = jsonBody(event, TriggerSchema);
-    const projectId = pathParam(event, 'id');
-    await getProject(ctx.pool, projectId);
-    const fullRef = ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
-    const { job, superseded } = await createJob(ctx.pool, {
-      projectId,
-      ref: fullRef,
-      sha,
-      trigger: 'manual',
-      trusted: true,
-    });
-    for (const cancelled of superseded) await deliverJobStatus(ctx, cancelled);
-    await dispatchCompile(ctx, job.id);
+    const trigger = jsonBody(event, TriggerSchema);
+    const job = await startManualJob(ctx, pathParam(event, 'id'), trigger);
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/jobs/{id}': async (event, ctx) => ({
     status: 200,
     body: await getJobView(ctx.pool, idParam(event, 'id', 'job')),
   }),
-  'POST /v1/jobs/{id}/cancel': async (event, ctx) => {
-    const jobId = idParam(event, 'id', 'job');
-    await cancelJob(ctx.pool, jobId, 'cancelled through the API');
-    await deliverJobStatus(ctx, jobId);
-    return { status: 200, body: { job: await getJobOnly(ctx.pool, jobId) } };
-  },
-  'POST /v1/jobs/{id}/approve': async (event, ctx) => {
-    const jobId = idParam(event, 'id', 'job');
-    await approveJob(ctx.pool, jobId);
-    // Answered as approved (pending); the compile goes on after this.
-    const job = await getJobOnly(ctx.pool, jobId);
-    await dispatchCompile(ctx, jobId);
-    return { status: 200, body: { job } };
-  },
+  'POST /v1/jobs/{id}/cancel': async (event, ctx) => ({
+    status: 200,
+    body: { job: await cancelJobNow(ctx, idParam(event, 'id', 'job')) },
+  }),
+  'POST /v1/jobs/{id}/approve': async (event, ctx) => ({
+    status: 200,
+    body: { job: await approveBlockedJob(ctx, idParam(event, 'id', 'job')) },
+  }),
   'POST /v1/jobs/{id}/rerun': async (event, ctx) => {
     const { failed_only } = jsonBody(event, RerunSchema);
-    const rerun = await rerunJob(ctx.pool, idParam(event, 'id', 'job'), failed_only);
-    if (rerun.dispatch) await dispatchCompile(ctx, rerun.job.id);
-    else await deliverJobStatus(ctx, rerun.job.id);
-    return { status: 202, body: { job_id: rerun.job.id, number: rerun.job.number } };
+    const job = await rerunFinishedJob(ctx, idParam(event, 'id', 'job'), failed_only);
+    return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {
     const { attempt, offset } = queryParams(event, LogQuery);
@@ -186,10 +161,7 @@ async function main(event: HttpEvent): Promise<Reply> {
   event.pathParameters = { ...match.params, ...event.pathParameters };
   const key = `${match.route.method} ${match.route.path}`;
   const ctx = await getContext();
-  if (key === 'GET /v1/health') {
-    await ctx.pool.query('select 1');
-    return { status: 200, body: { ok: true } };
-  }
+  if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx.pool) };
   requireAdmin(event, ctx.adminToken);
   const route = routes[key];
   if (!route) throw new NotFoundError(`no route ${method} ${event.rawPath}`);

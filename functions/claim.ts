@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { claimForToken } from '../lib/app/claim.ts';
+import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
-import { requireWorker, workerTokenHash } from '../lib/http/auth.ts';
+import { workerTokenHash } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, jsonBody, type Reply } from '../lib/http/index.ts';
 
 export const ClaimSchema = z.strictObject({

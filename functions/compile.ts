@@ -1,8 +1,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import { z } from 'zod';
-import { compileJob } from '../lib/app/compile.ts';
-import { deliverJobStatus } from '../lib/app/statuses.ts';
+import { runCompile } from '../lib/app/compile.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
 import { zodIssues } from '../lib/http/index.ts';
@@ -16,14 +15,7 @@ export const CompileEventSchema = z.object({
 async function main(event: unknown) {
   const parsed = CompileEventSchema.safeParse(event);
   if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
-  const ctx = await getContext();
-  const outcome = await compileJob(
-    ctx.pool,
-    ctx.keyring,
-    ctx.config.CONDUCTOR_GITHUB_API_URL,
-    parsed.data.job_id.toLowerCase(),
-  );
-  await deliverJobStatus(ctx, parsed.data.job_id.toLowerCase());
+  const outcome = await runCompile(await getContext(), parsed.data.job_id.toLowerCase());
   return { job_id: parsed.data.job_id, outcome };
 }
 

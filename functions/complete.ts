@@ -1,12 +1,10 @@
 import { z } from 'zod';
-import { maskSecrets, taskSecretValues, WITHHELD_ERROR } from '../lib/app/logs.ts';
-import { deliverJobStatus } from '../lib/app/statuses.ts';
-import { type AppContext, getContext } from '../lib/context.ts';
-import { requireWorker, workerTokenHash, workerTokenRequired } from '../lib/http/auth.ts';
+import { completeForToken } from '../lib/app/complete.ts';
+import { requireWorker } from '../lib/app/workers.ts';
+import { getContext } from '../lib/context.ts';
+import { workerTokenHash } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
-import { completeSuccessByToken, completeTask } from '../lib/scheduler/index.ts';
-import { SecretDecryptError } from '../lib/secrets.ts';
 
 export const CompleteSchema = z.strictObject({
   lease_id: LeaseIdSchema,
@@ -22,21 +20,6 @@ export const CompleteSchema = z.strictObject({
   error: z.string().max(10_000).nullable().optional(),
 });
 
-/**
- * The error is shown in the job view: secrets are masked in it as in the log.
- * When the secrets cannot be opened (a key dropped from the keyring) the
- * outcome is still recorded, and the error is withheld rather than stored as
- * sent: blocking the outcome would strand the task until its lease expired.
- */
-async function maskedError(ctx: AppContext, taskId: string, error: string): Promise<string> {
-  try {
-    return maskSecrets(error, await taskSecretValues(ctx.pool, ctx.keyring, taskId));
-  } catch (err) {
-    if (err instanceof SecretDecryptError) return WITHHELD_ERROR;
-    throw err;
-  }
-}
-
 /** POST /v1/runner/tasks/{id}/complete */
 async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
@@ -51,45 +34,16 @@ async function main(event: HttpEvent): Promise<Reply> {
     await requireWorker(ctx.pool, event);
     throw err;
   }
-  const successFirst = body.outcome === 'success' && !body.error;
-  let workerId: string;
-  if (successFirst) {
-    // The common case: the token check and the success are one statement.
-    const fast = await completeSuccessByToken(ctx.pool, tokenHash, {
-      taskId,
-      leaseId: body.lease_id,
-      exitCode: body.exit_code ?? null,
-      outputs: body.outputs ?? {},
-      transient: body.transient ?? false,
-    });
-    if (!fast.workerId) throw workerTokenRequired();
-    if (fast.result) {
-      if (fast.result.job_state) await deliverJobStatus(ctx, fast.result.job_id);
-      return {
-        status: 200,
-        body: { state: fast.result.state, job_state: fast.result.job_state },
-      };
-    }
-    workerId = fast.workerId;
-  } else {
-    workerId = (await requireWorker(ctx.pool, event)).id;
-  }
-  const result = await completeTask(
-    ctx.pool,
-    {
-      workerId,
-      taskId,
-      leaseId: body.lease_id,
-      outcome: body.outcome,
-      exitCode: body.exit_code ?? null,
-      outputs: body.outputs ?? {},
-      transient: body.transient ?? false,
-      error: body.error ? await maskedError(ctx, taskId, body.error) : null,
-    },
-    { successTried: successFirst },
-  );
-  if (result.job_state) await deliverJobStatus(ctx, result.job_id);
-  return { status: 200, body: { state: result.state, job_state: result.job_state } };
+  const answer = await completeForToken(ctx, tokenHash, {
+    taskId,
+    leaseId: body.lease_id,
+    outcome: body.outcome,
+    exitCode: body.exit_code ?? null,
+    outputs: body.outputs ?? {},
+    transient: body.transient ?? false,
+    error: body.error ?? null,
+  });
+  return { status: 200, body: answer };
 }
 
 export const handler = httpFunction(main, { maxBodyBytes: 8 * 1024 * 1024 });

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { appendLog, MAX_CHUNK_BYTES } from '../lib/app/logs.ts';
+import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
-import { requireWorker } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
 

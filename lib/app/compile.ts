@@ -2,6 +2,7 @@
 // .conductor.yml at the job's commit from the forge (or a local repository),
 // compile it, and start the job with its tasks or fail it with every error. No
 // transaction is open while the forge is asked.
+import type { AppContext } from '../context.ts';
 import type { Pool } from '../db/index.ts';
 import { confirmGiteaWriters, type WriterVerdict } from '../forge/permission.ts';
 import { ForgeUnavailableError, fetchPipelineFile } from '../forge/pipeline-file.ts';
@@ -23,6 +24,7 @@ import {
 } from '../scheduler/index.ts';
 import type { Keyring } from '../secrets.ts';
 import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
+import { deliverJobStatus } from './statuses.ts';
 
 /** `blocked`: the forge did not confirm the job's trust and it waits for approval; `ignored`: nor did it, and the project ignores untrusted jobs. */
 export type CompileOutcome =
@@ -35,7 +37,7 @@ export type CompileOutcome =
 
 /**
  * Compiles a pending job; safe to run twice for the same job (the second finds it started).
- * `compile` runs the compiler: inline by default, on a worker thread locally (lib/dispatch.ts).
+ * `compile` runs the compiler: inline by default, on a worker thread locally (lib/app/dispatch.ts).
  */
 export async function compileJob(
   pool: Pool,
@@ -104,6 +106,26 @@ export async function compileJob(
   }
   const started = await startJob(pool, jobId, compiled);
   return started.started ? 'started' : 'not_pending';
+}
+
+/**
+ * The compile use case, as the compile function and the in-process dispatcher
+ * run it: compiles the job, then posts its new commit status.
+ */
+export async function runCompile(
+  ctx: AppContext,
+  jobId: string,
+  compile: PipelineCompiler = compilePipeline,
+): Promise<CompileOutcome> {
+  const outcome = await compileJob(
+    ctx.pool,
+    ctx.keyring,
+    ctx.config.CONDUCTOR_GITHUB_API_URL,
+    jobId,
+    compile,
+  );
+  await deliverJobStatus(ctx, jobId);
+  return outcome;
 }
 
 async function unavailable(

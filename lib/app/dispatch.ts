@@ -8,8 +8,7 @@ import type { AppContext } from '../context.ts';
 import { log } from '../log.ts';
 import type { PipelineCompiler } from '../pipeline/index.ts';
 import { compileInWorker } from '../pipeline/worker.ts';
-import { compileJob } from './compile.ts';
-import { deliverJobStatus } from './statuses.ts';
+import { runCompile } from './compile.ts';
 
 /** Dispatches compiles through the Lambda client as async (`Event`) invocations. */
 export function lambdaDispatcher(
@@ -39,12 +38,9 @@ export function inProcessDispatcher(
 ): (jobId: string) => Promise<void> {
   return async (jobId) => {
     setImmediate(() => {
-      const { pool, keyring, config } = ctx();
-      compileJob(pool, keyring, config.CONDUCTOR_GITHUB_API_URL, jobId, compile)
-        .then(() => deliverJobStatus(ctx(), jobId))
-        .catch((err) =>
-          log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
-        );
+      runCompile(ctx(), jobId, compile).catch((err) =>
+        log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
+      );
     });
   };
 }

@@ -2,6 +2,7 @@
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import type { JobRow } from '../scheduler/index.ts';
+import { getProject } from './projects.ts';
 
 export type JobView = Omit<
   JobRow,
@@ -67,6 +68,17 @@ export async function listJobs(
     [projectId, before ?? null, limit],
   );
   return rows;
+}
+
+/** A project's jobs as listJobs answers them; a 404 for a project that does not exist. */
+export async function listProjectJobs(
+  db: Queryable,
+  projectId: string,
+  limit: number,
+  before?: number,
+): Promise<JobView[]> {
+  await getProject(db, projectId);
+  return listJobs(db, projectId, limit, before);
 }
 
 /** One job with its tasks in pipeline order, or a 404. */

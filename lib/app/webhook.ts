@@ -1,7 +1,7 @@
 // A forge's webhook, checked in the contract's order: size (the middleware),
 // headers and payload, project, signature, then what the event asks for.
 import { createHash } from 'node:crypto';
-import type { Pool } from '../db/index.ts';
+import type { AppContext } from '../context.ts';
 import { BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
 import {
   type ForgeKind,
@@ -12,8 +12,9 @@ import {
 } from '../forge/webhook.ts';
 import type { Reply } from '../http/index.ts';
 import { cancelPullRequest, createJob } from '../scheduler/index.ts';
-import type { Keyring } from '../secrets.ts';
 import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
+import { deliverJobStatus } from './statuses.ts';
+import { triggerJob } from './trigger.ts';
 
 export const MAX_WEBHOOK_BYTES = 5 * 1024 * 1024;
 
@@ -74,17 +75,18 @@ export function webhookTrust(
 }
 
 /**
- * Handles one delivery; answers the reply, for a new pending job the id to
- * compile, and the jobs whose new commit status to post now (those it
- * cancelled, and a new blocked job, which nothing else would post soon).
+ * Handles one delivery and answers the reply. A new job is set on its way
+ * (triggerJob: its compile dispatched, or its status posted when it waits for
+ * approval); the jobs the delivery cancelled (superseded, or their pull
+ * request closed) have their new statuses posted.
  */
 export async function receiveWebhook(
-  pool: Pool,
-  keyring: Keyring,
+  ctx: AppContext,
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
-): Promise<{ reply: Reply; compile?: string; statuses?: string[] }> {
+): Promise<Reply> {
+  const { pool, keyring } = ctx;
   const { event, delivery, signature } = readWebhookHeaders(forge, headers);
   let payload: unknown;
   try {
@@ -98,19 +100,16 @@ export async function receiveWebhook(
   if (!verifySignature(forge, body, webhookSecret(keyring, project), signature)) {
     throw new UnauthorizedError('the webhook signature is missing or wrong');
   }
-  if (!project.enabled)
-    return { reply: { status: 200, body: { ignored: 'the project is disabled' } } };
-  if (intent.kind === 'ignore') return { reply: { status: 200, body: { ignored: intent.reason } } };
+  if (!project.enabled) return { status: 200, body: { ignored: 'the project is disabled' } };
+  if (intent.kind === 'ignore') return { status: 200, body: { ignored: intent.reason } };
   if (intent.kind === 'close_pull_request') {
     const cancelled = await cancelPullRequest(pool, project.id, intent.pullRequest);
+    for (const jobId of cancelled) await deliverJobStatus(ctx, jobId);
     return {
-      statuses: cancelled,
-      reply: {
-        status: 200,
-        body: {
-          ignored: `pull request #${intent.pullRequest} was closed`,
-          cancelled: cancelled.length,
-        },
+      status: 200,
+      body: {
+        ignored: `pull request #${intent.pullRequest} was closed`,
+        cancelled: cancelled.length,
       },
     };
   }
@@ -121,10 +120,8 @@ export async function receiveWebhook(
   const untrusted = !trust.trusted && trust.confirmWriters.length === 0;
   if (untrusted && project.fork_pull_requests === 'ignore') {
     return {
-      reply: {
-        status: 200,
-        body: { ignored: `${trust.reason}; the project's fork_pull_requests is ignore` },
-      },
+      status: 200,
+      body: { ignored: `${trust.reason}; the project's fork_pull_requests is ignore` },
     };
   }
   const created = await createJob(pool, {
@@ -145,16 +142,11 @@ export async function receiveWebhook(
   });
   if (created.duplicate) {
     return {
-      reply: {
-        status: 200,
-        body: { job_id: created.job.id, number: created.job.number, duplicate: true },
-      },
+      status: 200,
+      body: { job_id: created.job.id, number: created.job.number, duplicate: true },
     };
   }
-  return {
-    reply: { status: 202, body: { job_id: created.job.id, number: created.job.number } },
-    // A blocked job is compiled once it is approved.
-    ...(created.job.state === 'pending' ? { compile: created.job.id } : {}),
-    statuses: [...created.superseded, ...(created.job.state === 'blocked' ? [created.job.id] : [])],
-  };
+  // A blocked job is compiled once it is approved.
+  await triggerJob(ctx, created.job, created.superseded);
+  return { status: 202, body: { job_id: created.job.id, number: created.job.number } };
 }

@@ -1,7 +1,9 @@
 import { z } from 'zod';
-import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
-import { hashToken, newToken } from '../http/auth.ts';
+import { hashToken, newToken, workerTokenHash, workerTokenRequired } from '../http/auth.ts';
+import type { HttpEvent } from '../http/index.ts';
+import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
 
@@ -63,4 +65,34 @@ export async function revokeWorker(pool: Pool, id: string): Promise<void> {
     return rowCount === 1;
   });
   if (!found) throw new NotFoundError(`worker ${id} does not exist`);
+}
+
+export interface AuthenticatedWorker {
+  id: string;
+  name: string;
+  labels: string[];
+}
+
+const REQUIRE_WORKER = `with ${WORKER_BY_TOKEN} select id, name, labels from worker`;
+
+/**
+ * Requires the token of a worker that is not revoked; any other token, or
+ * none, is a 401. Marks the worker seen (at most once a minute).
+ */
+export async function requireWorker(db: Pool, event: HttpEvent): Promise<AuthenticatedWorker> {
+  return requireWorkerByHash(db, workerTokenHash(event));
+}
+
+/** requireWorker for a token already hashed (lib/http/auth.ts: workerTokenHash). */
+export async function requireWorkerByHash(
+  db: Pool,
+  tokenHash: Buffer,
+): Promise<AuthenticatedWorker> {
+  const rows = await statement<AuthenticatedWorker>(
+    db,
+    prepared('conductor_require_worker', REQUIRE_WORKER, [tokenHash]),
+  );
+  const worker = rows[0];
+  if (!worker) throw workerTokenRequired();
+  return worker;
 }

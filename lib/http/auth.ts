@@ -1,7 +1,8 @@
+// Bearer tokens at the HTTP edge: hashing, minting, the admin check and the
+// worker token's 401. Which worker a token belongs to is a query, and lives
+// with the workers (lib/app/workers.ts: requireWorker).
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { type Pool, prepared, statement } from '../db/index.ts';
 import { UnauthorizedError } from '../errors.ts';
-import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
 import { bearerToken, type HttpEvent } from './index.ts';
 
 /** SHA-256 of a bearer token: what the database keeps instead of the token. */
@@ -24,14 +25,6 @@ export function requireAdmin(event: HttpEvent, adminToken: string): void {
   }
 }
 
-export interface AuthenticatedWorker {
-  id: string;
-  name: string;
-  labels: string[];
-}
-
-const REQUIRE_WORKER = `with ${WORKER_BY_TOKEN} select id, name, labels from worker`;
-
 /** The 401 for a missing, unknown or revoked worker token. */
 export function workerTokenRequired(): UnauthorizedError {
   return new UnauthorizedError('a worker token is required');
@@ -42,18 +35,4 @@ export function workerTokenHash(event: HttpEvent): Buffer {
   const token = bearerToken(event);
   if (!token) throw workerTokenRequired();
   return hashToken(token);
-}
-
-/**
- * Requires the token of a worker that is not revoked; any other token, or
- * none, is a 401. Marks the worker seen (at most once a minute).
- */
-export async function requireWorker(db: Pool, event: HttpEvent): Promise<AuthenticatedWorker> {
-  const rows = await statement<AuthenticatedWorker>(
-    db,
-    prepared('conductor_require_worker', REQUIRE_WORKER, [workerTokenHash(event)]),
-  );
-  const worker = rows[0];
-  if (!worker) throw workerTokenRequired();
-  return worker;
 }

@@ -3,8 +3,8 @@
  * authenticate and act in one round trip: `worker` (id, name, labels; no row
  * for an unknown or revoked token, whose SHA-256 is `$1`) and `seen`, which
  * records that the worker was seen, at most once a minute, so a polling runner
- * writes nothing between those minutes. Here rather than in lib/http/auth.ts so the
- * scheduler can use it without the HTTP layer.
+ * writes nothing between those minutes. In the scheduler, below lib/app, so
+ * its fast completion and lib/app's claim and requireWorker share it.
  */
 export const WORKER_BY_TOKEN = `
   worker as (

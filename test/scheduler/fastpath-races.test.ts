@@ -20,7 +20,8 @@ import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { type Pool, transaction } from '../../lib/db/index.ts';
 import { ConflictError, UnauthorizedError } from '../../lib/errors.ts';
-import { hashToken, requireWorker } from '../../lib/http/auth.ts';
+import { requireWorker } from '../../lib/app/workers.ts';
+import { hashToken } from '../../lib/http/auth.ts';
 import type { HttpEvent } from '../../lib/http/index.ts';
 import {
   type ClaimedTask,
