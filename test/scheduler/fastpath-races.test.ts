@@ -51,10 +51,12 @@ import {
   raceCancel,
   racePool,
   sleep,
+  takeTurnWithOtherRaceFiles,
   untilWaiting,
   withRacers,
 } from '../helpers/race.ts';
 
+await takeTurnWithOtherRaceFiles();
 const db = await testDatabase(import.meta.filename, { poolMax: 6 });
 const { pool } = db;
 const racing = { url: db.url, applicationName: 'conductor-fastpath-races' };
