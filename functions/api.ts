@@ -8,7 +8,7 @@ import {
   startManualJob,
   TriggerSchema,
 } from '../lib/app/jobs.ts';
-import { readLog } from '../lib/app/logs.ts';
+import { MAX_LOG_PAGE_BYTES, readLog } from '../lib/app/logs.ts';
 import {
   createProject,
   deleteProject,
@@ -38,6 +38,7 @@ import {
   type Reply,
 } from '../lib/http/index.ts';
 import { matchRoute } from '../lib/http/routes.ts';
+import { type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
 
 const JobListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20),
@@ -46,6 +47,7 @@ const JobListQuery = z.object({
 const LogQuery = z.object({
   attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
   offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  limit: z.coerce.number().int().min(1).max(MAX_LOG_PAGE_BYTES).default(MAX_LOG_PAGE_BYTES),
 });
 
 type Route = (event: HttpEvent, ctx: AppContext) => Promise<Reply>;
@@ -128,12 +130,16 @@ const routes: Record<string, Route> = {
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {
-    const { attempt, offset } = queryParams(event, LogQuery);
-    const log = await readLog(ctx.pool, idParam(event, 'id', 'task'), attempt, offset);
+    const { attempt, offset, limit } = queryParams(event, LogQuery);
+    const log = await readLog(ctx.pool, idParam(event, 'id', 'task'), attempt, offset, limit);
     return {
       status: 200,
       text: log.text,
-      headers: { 'x-log-attempt': String(log.attempt), 'x-log-size': String(log.size) },
+      headers: {
+        'x-log-attempt': String(log.attempt),
+        'x-log-size': String(log.size),
+        'x-log-end': String(log.end),
+      },
     };
   },
   'POST /v1/workers': async (event, ctx) => ({
@@ -150,7 +156,19 @@ const routes: Record<string, Route> = {
   },
 };
 
-/** Every admin route, the health check, and the JSON 404 for anything else (`$default`). */
+/** A page's form on a job goes through the admin route of the same name. */
+const jobAction: JobAction = (action, jobId, body, event, ctx) => {
+  const route = routes[`POST /v1/jobs/{id}/${action}`];
+  if (!route) throw new NotFoundError(`no ${action} for jobs`);
+  const json = {
+    pathParameters: { id: jobId },
+    body: JSON.stringify(body),
+    isBase64Encoded: false,
+  };
+  return route({ ...event, ...json }, ctx);
+};
+
+/** Every admin route, the pages, the health check, and the JSON 404 for anything else (`$default`). */
 async function main(event: HttpEvent): Promise<Reply> {
   const method = event.requestContext?.http?.method ?? 'GET';
   const match = matchRoute(method, event.rawPath);
@@ -162,6 +180,8 @@ async function main(event: HttpEvent): Promise<Reply> {
   const key = `${match.route.method} ${match.route.path}`;
   const ctx = await getContext();
   if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx.pool) };
+  const pageRoute = PAGE_ROUTES[key];
+  if (pageRoute) return pageRoute(event, ctx, jobAction);
   requireAdmin(event, ctx.adminToken);
   const route = routes[key];
   if (!route) throw new NotFoundError(`no route ${method} ${event.rawPath}`);

@@ -125,7 +125,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       const message = json?.error?.message ?? (text || res.statusText);
       throw new Error(`${method} ${path}: HTTP ${res.status}: ${message}`);
     }
-    return { status: res.status, json, text };
+    return { status: res.status, json, text, headers: res.headers };
   }
   const print = (value: unknown) => io.out(JSON.stringify(value, null, 2));
 
@@ -274,8 +274,21 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       }
       case 'log': {
         if (!sub) throw new UsageError('log needs a TASK_ID');
-        const attempt = values.attempt ? `?attempt=${encodeURIComponent(values.attempt)}` : '';
-        io.out((await api('GET', `/v1/tasks/${encodeURIComponent(sub)}/log${attempt}`)).text);
+        // Page by page (each at most 1 MiB), all from the attempt the first page read.
+        let attempt = values.attempt;
+        let offset = 0;
+        let text = '';
+        for (;;) {
+          const query = new URLSearchParams({ offset: String(offset) });
+          if (attempt) query.set('attempt', attempt);
+          const page = await api('GET', `/v1/tasks/${encodeURIComponent(sub)}/log?${query}`);
+          text += page.text;
+          attempt = page.headers.get('x-log-attempt') ?? attempt;
+          const end = Number(page.headers.get('x-log-end'));
+          if (!(end > offset) || end >= Number(page.headers.get('x-log-size'))) break;
+          offset = end;
+        }
+        io.out(text);
         return 0;
       }
       default:

@@ -67,6 +67,8 @@ export function toEvent(req: IncomingMessage, body: Buffer, requestId: string): 
     headers,
     ...(Object.keys(query).length ? { queryStringParameters: query } : {}),
     ...(match && Object.keys(match.params).length ? { pathParameters: match.params } : {}),
+    // API Gateway hands the Cookie header over as this list.
+    ...(headers.cookie ? { cookies: headers.cookie.split(/;\s*/).filter(Boolean) } : {}),
     requestContext: {
       accountId: 'local',
       apiId: 'local',
@@ -96,7 +98,12 @@ function send(res: ServerResponse, result: HttpResult): void {
   const body = result.body
     ? Buffer.from(result.body, result.isBase64Encoded ? 'base64' : 'utf8')
     : Buffer.alloc(0);
-  res.writeHead(result.statusCode ?? 200, { ...headers, 'content-length': String(body.length) });
+  const cookies = result.cookies?.length ? { 'set-cookie': result.cookies } : {};
+  res.writeHead(result.statusCode ?? 200, {
+    ...headers,
+    ...cookies,
+    'content-length': String(body.length),
+  });
   res.end(body);
 }
 

@@ -7,12 +7,13 @@
 import type { AppContext } from '../context.ts';
 import { type Pool, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
+import { signJobLink } from '../pages/access.ts';
 import type { Keyring } from '../secrets.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
 
 export interface DeliveryOptions {
   githubApiUrl: string;
-  /** With it, each status links to `<publicUrl>/jobs/<id>`. */
+  /** With it, each status links to `<publicUrl>/jobs/<id>?sig=...` (a signed link, lib/pages/access.ts). */
   publicUrl?: string;
   /** After this long since a row was written, it is given up. Default 24 h. */
   giveUpAfterS?: number;
@@ -146,7 +147,9 @@ async function post(
     context: row.pipeline_name ? `conductor/${row.pipeline_name}` : 'conductor',
     description: row.description,
     ...(opts.publicUrl
-      ? { target_url: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}` }
+      ? {
+          target_url: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}?sig=${signJobLink(keyring, row.job_id)}`,
+        }
       : {}),
   };
   const headers: Record<string, string> =

@@ -11,6 +11,15 @@ export interface PoolConfig {
   /** How long to wait for a connection before failing the request. */
   connectTimeoutMs?: number;
   applicationName?: string;
+  /**
+   * The server ends a session idle this long (`idle_session_timeout`), so a
+   * frozen Lambda container's connection does not keep the database awake;
+   * the pool never hands out a client that sat idle nearly that long. Default
+   * 60 s; 0 leaves the server's setting.
+   */
+  idleSessionTimeoutMs?: number;
+  /** Connecting again after a connection error, on a fresh connection; default 1. */
+  connectRetries?: number;
 }
 
 export type Pool = pg.Pool;
@@ -38,8 +47,14 @@ const types = {
  */
 export const SESSION_OPTIONS = '-c default_transaction_isolation=repeatable\\ read';
 
+const DEFAULT_IDLE_SESSION_TIMEOUT_MS = 60_000;
+// A pooled client idle within this much of the server's idle_session_timeout
+// may be ended by the server while our first query is on its way: drop it.
+const IDLE_SESSION_MARGIN_MS = 5_000;
+
 /** A connection pool built from configuration; errors on idle connections are logged, never fatal. */
 export function createPool(config: PoolConfig, onIdleError?: (err: Error) => void): Pool {
+  const idleSessionMs = config.idleSessionTimeoutMs ?? DEFAULT_IDLE_SESSION_TIMEOUT_MS;
   const pool = new pg.Pool({
     connectionString: config.url,
     max: config.max ?? 10,
@@ -47,13 +62,71 @@ export function createPool(config: PoolConfig, onIdleError?: (err: Error) => voi
     // Long enough for Aurora Serverless to resume from a pause (about 15 s).
     connectionTimeoutMillis: config.connectTimeoutMs ?? 20_000,
     application_name: config.applicationName ?? 'conductor',
-    options: SESSION_OPTIONS,
+    // idle_session_timeout is a client setting like the isolation above (no
+    // round trip, no session SET); PostgreSQL 14 and newer have it.
+    options:
+      idleSessionMs > 0
+        ? `${SESSION_OPTIONS} -c idle_session_timeout=${Math.trunc(idleSessionMs)}`
+        : SESSION_OPTIONS,
     types,
   });
   // An idle client whose server went away emits 'error' on the pool; without a
   // listener Node would crash the process.
   pool.on('error', (err) => onIdleError?.(err));
+  guardCheckouts(pool, {
+    staleAfterMs: idleSessionMs > 0 ? idleSessionMs - IDLE_SESSION_MARGIN_MS : undefined,
+    connectRetries: config.connectRetries ?? 1,
+  });
   return pool;
+}
+
+/**
+ * Wraps the pool's checkout (which `pool.query` uses too) so that a client is
+ * never handed out when the server may already have ended its session, and a
+ * connect that failed on the connection is tried once more. Only these two are
+ * retried, because nothing of the caller's has reached the server yet: a
+ * statement that failed on a broken connection may or may not have run, and
+ * is never sent again here. A pool's idle timer does not run while a Lambda
+ * container is frozen, so on thaw a client idle for minutes would otherwise be
+ * handed out before the timer (or the server's goodbye) removes it.
+ */
+function guardCheckouts(
+  pool: pg.Pool,
+  opts: { staleAfterMs: number | undefined; connectRetries: number },
+): void {
+  const idleSince = new WeakMap<pg.PoolClient, number>();
+  pool.on('release', (_err, client) => idleSince.set(client as pg.PoolClient, Date.now()));
+  const checkout = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
+  const fresh = async (): Promise<pg.PoolClient> => {
+    for (let failures = 0; ; ) {
+      let client: pg.PoolClient;
+      try {
+        client = await checkout();
+      } catch (err) {
+        if (failures++ < opts.connectRetries && isConnectionError(err)) continue;
+        throw err;
+      }
+      const since = idleSince.get(client);
+      if (opts.staleAfterMs !== undefined && since !== undefined) {
+        if (Date.now() - since >= opts.staleAfterMs) {
+          client.release(new Error('idle for as long as the server keeps a session'));
+          continue;
+        }
+      }
+      return client;
+    }
+  };
+  // Both forms pg-pool offers: a promise, and the callback pool.query uses.
+  pool.connect = ((
+    callback?: (err: Error | undefined, client?: pg.PoolClient, done?: () => void) => void,
+  ) => {
+    if (!callback) return fresh();
+    fresh().then(
+      (client) => callback(undefined, client, () => client.release()),
+      (err: Error) => callback(err),
+    );
+    return undefined;
+  }) as pg.Pool['connect'];
 }
 
 /**

@@ -38,6 +38,19 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/v1/workers', fn: 'api' },
   { method: 'GET', path: '/v1/workers', fn: 'api' },
   { method: 'DELETE', path: '/v1/workers/{id}', fn: 'api' },
+  // The web pages (lib/pages), served by the api function too.
+  { method: 'GET', path: '/', fn: 'api' },
+  { method: 'GET', path: '/login', fn: 'api' },
+  { method: 'POST', path: '/login', fn: 'api' },
+  { method: 'POST', path: '/logout', fn: 'api' },
+  { method: 'GET', path: '/projects/{id}', fn: 'api' },
+  { method: 'GET', path: '/jobs/{id}', fn: 'api' },
+  { method: 'GET', path: '/jobs/{id}/live', fn: 'api' },
+  { method: 'GET', path: '/jobs/{id}/log', fn: 'api' },
+  { method: 'GET', path: '/jobs/{id}/raw', fn: 'api' },
+  { method: 'POST', path: '/jobs/{id}/cancel', fn: 'api' },
+  { method: 'POST', path: '/jobs/{id}/rerun', fn: 'api' },
+  { method: 'POST', path: '/jobs/{id}/approve', fn: 'api' },
 ];
 
 /** The API Gateway route key of a route, e.g. `POST /v1/projects/{id}`. */

@@ -7,6 +7,7 @@ import { quote, Suggester, type SuggestionCost } from './messages.ts';
 import { type Expansion, planTasks, type TaskPlan } from './plan.ts';
 import {
   checkPipelineFile,
+  DEFAULT_QUEUE_TIMEOUT_S,
   DEFAULT_RETRIES,
   DEFAULT_TIMEOUT_S,
   type PipelineFile,
@@ -35,6 +36,8 @@ export interface CompiledTask {
   allowFailure: boolean;
   maxAttempts: number;
   timeoutS: number;
+  /** How long the task may wait in the queue before it fails for want of a worker. */
+  queueTimeoutS: number;
   /** 0-based order in the job: file order, matrix expansions in cartesian order. */
   position: number;
 }
@@ -236,6 +239,7 @@ function build(
         allowFailure: task.allow_failure ?? false,
         maxAttempts: (task.retries ?? defaults.retries ?? DEFAULT_RETRIES) + 1,
         timeoutS: task.timeout ?? defaults.timeout ?? DEFAULT_TIMEOUT_S,
+        queueTimeoutS: task.queue_timeout ?? defaults.queue_timeout ?? DEFAULT_QUEUE_TIMEOUT_S,
         position: tasks.length,
       });
     }

@@ -18,7 +18,7 @@ export const MAX_OUTPUTS = 100;
 
 /**
  * The most secrets one task may list. A claim answers their values (each at most 64 KiB, see
- * lib/projects.ts), so 32 of them stay within 2 MiB of the 6 MB a Lambda answer may carry.
+ * lib/app/projects.ts), so 32 of them stay within 2 MiB of the 6 MB a Lambda answer may carry.
  */
 export const MAX_SECRETS = 32;
 

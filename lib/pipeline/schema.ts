@@ -6,6 +6,8 @@ import { envFragment, MATRIX_KEY_PATTERN, VAR_NAME_PATTERN } from './names.ts';
 
 /** Timeout of a task when neither it nor the defaults set one: one hour. */
 export const DEFAULT_TIMEOUT_S = 3600;
+/** How long a task may wait in the queue for a worker when neither it nor the defaults say: 24 hours. */
+export const DEFAULT_QUEUE_TIMEOUT_S = 24 * 60 * 60;
 /** Extra attempts after transient failures when neither the task nor the defaults say. */
 export const DEFAULT_RETRIES = 2;
 const MAX_RETRIES = 10;
@@ -131,6 +133,7 @@ export const TaskSchema = z.strictObject({
   allow_failure: z.boolean().optional(),
   retries: RetriesSchema.optional(),
   timeout: TimeoutSchema.optional(),
+  queue_timeout: TimeoutSchema.optional(),
   labels: LabelsSchema.optional(),
   env: EnvSchema.optional(),
   secrets: z
@@ -146,6 +149,7 @@ export type Task = z.infer<typeof TaskSchema>;
 export const DefaultsSchema = z.strictObject({
   image: z.string().min(1, 'must not be empty').optional(),
   timeout: TimeoutSchema.optional(),
+  queue_timeout: TimeoutSchema.optional(),
   retries: RetriesSchema.optional(),
   env: EnvSchema.optional(),
   labels: LabelsSchema.optional(),

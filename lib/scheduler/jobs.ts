@@ -253,6 +253,7 @@ export async function insertTasksTx(
     allow_failure: s.allowFailure,
     max_attempts: s.maxAttempts,
     timeout_s: s.timeoutS,
+    queue_timeout_s: s.queueTimeoutS,
     kept_from: s.kept?.from ?? null,
     kept_attempt: s.kept?.attempt ?? null,
     kept_exit_code: s.kept?.exitCode ?? null,
@@ -265,11 +266,11 @@ export async function insertTasksTx(
     // the claim index (migrations/003).
     `insert into tasks (job_id, job_created_at, trusted, position, name, base_name, matrix, image,
                         script, env, labels, needs, secrets, outputs, allow_failure, max_attempts,
-                        timeout_s, state, queued_at, attempt, exit_code, copied_from,
-                        started_at, finished_at)
+                        timeout_s, queue_timeout_s, state, queued_at, attempt, exit_code,
+                        copied_from, started_at, finished_at)
      select $1, $2, $4, r.position, r.name, r.base_name, r.matrix, r.image, r.script,
             r.env, r.labels, r.needs, r.secrets, r.outputs, r.allow_failure, r.max_attempts,
-            r.timeout_s,
+            r.timeout_s, r.queue_timeout_s,
             case when r.kept_from is not null then 'success'
                  when cardinality(r.needs) = 0 then 'queued' else 'waiting' end,
             case when r.kept_from is null and cardinality(r.needs) = 0 then now() end,
@@ -278,8 +279,8 @@ export async function insertTasksTx(
        from jsonb_to_recordset($3::jsonb) as r (
               position int, name text, base_name text, matrix jsonb, image text, script text[],
               env jsonb, labels text[], needs text[], secrets text[], outputs text[],
-              allow_failure boolean, max_attempts int, timeout_s int, kept_from uuid,
-              kept_attempt int, kept_exit_code int, kept_started_at timestamptz,
+              allow_failure boolean, max_attempts int, timeout_s int, queue_timeout_s int,
+              kept_from uuid, kept_attempt int, kept_exit_code int, kept_started_at timestamptz,
               kept_finished_at timestamptz)`,
     [job.id, job.created_at, JSON.stringify(records), job.trusted],
   );

@@ -71,6 +71,7 @@ export async function rerunJob(
         allowFailure: t.allow_failure,
         maxAttempts: t.max_attempts,
         timeoutS: t.timeout_s,
+        queueTimeoutS: t.queue_timeout_s,
         position: t.position,
         kept:
           failedOnly && t.state === 'success'

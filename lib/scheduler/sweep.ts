@@ -10,7 +10,7 @@ import type { TaskState } from '../states.ts';
 import { endAttemptTx } from './attempt.ts';
 import { stopTasksOfFinishedJobsTx } from './cancel.ts';
 import { enqueueStatus } from './outbox.ts';
-import { followUp } from './progress.ts';
+import { followUp, skipReachable } from './progress.ts';
 import type { JobRow, TaskRow } from './types.ts';
 
 export interface SweepOptions {
@@ -55,6 +55,8 @@ export interface SweepSummary {
   tasks_requeued: number;
   tasks_failed: number;
   tasks_timed_out: number;
+  /** Queued tasks no worker claimed within their queue_timeout, failed. */
+  tasks_queue_timed_out: number;
   tasks_promoted: number;
   tasks_skipped: number;
   /** Unfinished tasks found in a finished job (a backstop that should stay 0). */
@@ -127,6 +129,54 @@ async function endAttempt(
   );
 }
 
+/** Why a queued task failed for want of a worker: its labels, its pool and how long it waited. */
+export function queueTimeoutMessage(task: {
+  labels: string[];
+  trusted: boolean;
+  queue_timeout_s: number;
+}): string {
+  const labels = task.labels.length > 0 ? ` with labels [${task.labels.join(', ')}]` : '';
+  const pool = task.trusted ? 'trusted' : 'untrusted';
+  return `no worker${labels} (${pool} pool) claimed it within ${formatDuration(task.queue_timeout_s)}`;
+}
+
+/**
+ * Fails a queued task that has waited longer than its queue_timeout, re-checked
+ * under its row lock (a claim that took it meanwhile wins), and skips what
+ * needs it unless it may fail.
+ */
+async function failUnclaimed(
+  pool: Pool,
+  taskId: string,
+  lockTimeoutMs: number,
+): Promise<{ jobId: string; skipped: number } | null> {
+  return transaction(
+    pool,
+    async (tx) => {
+      // At REPEATABLE READ a claim that committed after this snapshot makes
+      // the lock raise 40001, and the retry finds the task running.
+      const { rows } = await tx.query<TaskRow & { waited_out: boolean }>(
+        `select t.*, t.queued_at + make_interval(secs => t.queue_timeout_s) < now() as waited_out
+           from tasks t
+          where t.id = $1
+          for update`,
+        [taskId],
+      );
+      const task = rows[0];
+      if (!task || task.state !== 'queued' || !task.waited_out) return null;
+      await tx.query(
+        `update tasks set state = 'failed', finished_at = now(), error = $2 where id = $1`,
+        [task.id, queueTimeoutMessage(task)],
+      );
+      const skipped = task.allow_failure
+        ? 0
+        : await skipReachable(tx, [task.id], `skipped: ${task.name} failed`);
+      return { jobId: task.job_id, skipped };
+    },
+    { lockTimeoutMs },
+  );
+}
+
 /** Marks a lost compile for dispatch again, or fails the job once it has had its attempts. */
 async function redispatch(
   pool: Pool,
@@ -166,7 +216,8 @@ async function redispatch(
 }
 
 /**
- * One pass of repairs: expired leases, timed-out tasks, ready waiting tasks,
+ * One pass of repairs: expired leases, timed-out tasks, queued tasks no
+ * worker claimed in time, ready waiting tasks,
  * running jobs with nothing left, and lost compiles. Safe to run concurrently
  * with itself and with traffic; answers what it did.
  */
@@ -180,6 +231,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     tasks_requeued: 0,
     tasks_failed: 0,
     tasks_timed_out: 0,
+    tasks_queue_timed_out: 0,
     tasks_promoted: 0,
     tasks_skipped: 0,
     tasks_cancelled: 0,
@@ -263,6 +315,30 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     if (repair.state === 'queued') summary.tasks_requeued++;
     else if (repair.state === 'failed') summary.tasks_failed++;
     if (repair.state !== 'queued') jobsToFollow.add(repair.jobId);
+  });
+
+  // Queued tasks that no worker claimed in time: no worker has their labels
+  // in their pool, or none is running. Walked oldest first on tasks_queued
+  // (migrations/005), which carries queue_timeout_s, so tasks still within
+  // their time cost an index entry each and no table row.
+  const unclaimed = await find<{ id: string }>(
+    'queue timeouts',
+    `select id from tasks
+      where state = 'queued' and queued_at + make_interval(secs => queue_timeout_s) < now()
+      order by queued_at limit $1`,
+    [batch],
+  );
+  if (opts.dryRun) {
+    summary.tasks_queue_timed_out = unclaimed.rows.length;
+    unclaimed.rows = [];
+  }
+  await each(unclaimed.rows, 'failing an unclaimed task', async (row) => {
+    const repair = await failUnclaimed(pool, row.id, lockTimeoutMs);
+    if (!repair) return;
+    summary.tasks_queue_timed_out++;
+    summary.tasks_failed++;
+    summary.tasks_skipped += repair.skipped;
+    jobsToFollow.add(repair.jobId);
   });
 
   // Ready waiting tasks and running jobs with nothing left: a follow-up that

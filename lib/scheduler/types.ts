@@ -65,6 +65,8 @@ export interface TaskRow {
   lease_expires_at: Date | null;
   allow_failure: boolean;
   timeout_s: number;
+  /** How long the task may wait queued before it fails for want of a worker (migrations/005). */
+  queue_timeout_s: number;
   cancel_requested: boolean;
   exit_code: number | null;
   error: string | null;

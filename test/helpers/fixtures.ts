@@ -54,6 +54,7 @@ export function spec(name: string, over: Partial<TaskSpec> = {}): TaskSpec {
     allowFailure: false,
     maxAttempts: 3,
     timeoutS: 3600,
+    queueTimeoutS: 86_400,
     position: 0,
     ...over,
   };

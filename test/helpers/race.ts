@@ -1,11 +1,16 @@
 // Races on a real PostgreSQL for scheduler tests: every racer has its own
 // connection, all of them opened before the race starts, and the racers are
-// released together so their snapshots overlap.
+// released together; a gate (gatedRace) proves they overlapped, and held
+// locks (holdRows, untilWaiting) force one side to win.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { after } from 'node:test';
+import pg from 'pg';
 import { createPool, type Pool } from '../../lib/db/index.ts';
 import { type ClaimedTask, cancelJob, claimTask } from '../../lib/scheduler/index.ts';
 import type { JobRow, TaskSpec } from '../../lib/scheduler/types.ts';
+import { withDatabase } from '../../local/postgres.ts';
+import { adminUrl } from './db.ts';
 import { barrier, makeProject, spec, startedJob } from './fixtures.ts';
 
 /** Where racers connect: a test file's database, and the name their connections show. */
@@ -22,9 +27,48 @@ export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
  */
 export async function racePool(db: RaceDatabase, n: number): Promise<Pool> {
   const racers = createPool({ url: db.url, max: n, applicationName: db.applicationName });
-  const clients = await Promise.all(Array.from({ length: n }, () => racers.connect()));
-  for (const client of clients) client.release();
+  const opened = await Promise.allSettled(Array.from({ length: n }, () => racers.connect()));
+  for (const r of opened) if (r.status === 'fulfilled') r.value.release();
+  const failed = opened.find((r) => r.status === 'rejected');
+  if (failed) {
+    // Close the ones that did open: a pool left with connections keeps the
+    // test process (and the server's connection slots) alive after the tests.
+    await racers.end();
+    throw failed.reason;
+  }
   return racers;
+}
+
+// The race test files hold up to 68 connections at once; two of them beside
+// each other and another file pass PostgreSQL's default max_connections (100).
+const HEAVY_LOCK = 7_341_002;
+
+/**
+ * Call at the top level of a test file that opens many connections at once,
+ * before its database: on a server that allows fewer than 300 connections,
+ * such files take turns, each holding a session advisory lock until its
+ * tests are over, so the suite stays within the server's limit whichever
+ * files the runner starts together. (The embedded server allows 400, and
+ * they run side by side there.)
+ */
+export async function takeTurnWithOtherRaceFiles(): Promise<void> {
+  // The maintenance database, which every run on the server shares: two
+  // suites run at once on one server take turns too.
+  const client = new pg.Client({
+    connectionString: withDatabase(adminUrl(), 'postgres'),
+    application_name: 'conductor-test-turn',
+  });
+  await client.connect();
+  const { rows } = await client.query<{ n: number }>(
+    `select current_setting('max_connections')::int as n`,
+  );
+  if (rows[0]!.n >= 300) {
+    await client.end();
+    return;
+  }
+  await client.query('select pg_advisory_lock($1)', [HEAVY_LOCK]);
+  // Ending the session lets go of the lock, also if the process dies first.
+  after(() => client.end());
 }
 
 /** Runs `fn` with a `racePool` of `n` connections and ends the pool afterwards. */

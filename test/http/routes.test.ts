@@ -25,7 +25,7 @@ test('path parameters are decoded and may not be empty', () => {
 test('a route with another method, or an unknown path, matches nothing', () => {
   assert.equal(matchRoute('DELETE', '/v1/runner/claim'), undefined);
   assert.equal(matchRoute('GET', '/v1/projects/demo/jobs/extra'), undefined);
-  assert.equal(matchRoute('GET', '/'), undefined);
+  assert.equal(matchRoute('GET', '/v1'), undefined);
 });
 
 test('each runner route has a function of its own and the admin routes go to the api', () => {

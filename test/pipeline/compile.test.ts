@@ -33,6 +33,7 @@ describe('compilePipeline', () => {
           allowFailure: false,
           maxAttempts: 3,
           timeoutS: 3600,
+          queueTimeoutS: 86_400,
           position: 0,
         },
       ],

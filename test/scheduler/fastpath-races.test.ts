@@ -18,9 +18,9 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
+import { requireWorker } from '../../lib/app/workers.ts';
 import { type Pool, transaction } from '../../lib/db/index.ts';
 import { ConflictError, UnauthorizedError } from '../../lib/errors.ts';
-import { requireWorker } from '../../lib/app/workers.ts';
 import { hashToken } from '../../lib/http/auth.ts';
 import type { HttpEvent } from '../../lib/http/index.ts';
 import {
@@ -52,10 +52,12 @@ import {
   raceCancel,
   racePool,
   sleep,
+  takeTurnWithOtherRaceFiles,
   untilWaiting,
   withRacers,
 } from '../helpers/race.ts';
 
+await takeTurnWithOtherRaceFiles();
 const db = await testDatabase(import.meta.filename, { poolMax: 6 });
 const { pool } = db;
 const racing = { url: db.url, applicationName: 'conductor-fastpath-races' };

@@ -41,6 +41,7 @@ import {
   raceCancel,
   settle,
   sleep,
+  takeTurnWithOtherRaceFiles,
   until,
   untilWaiting,
   withRacers,
@@ -48,6 +49,7 @@ import {
 
 // The file's own pool stays small: racers get dedicated pools, and PostgreSQL 15
 // runs with max_connections 100.
+await takeTurnWithOtherRaceFiles();
 const { pool, url } = await testDatabase(import.meta.filename, { poolMax: 4 });
 const racing = { url, applicationName: 'conductor-races' };
 

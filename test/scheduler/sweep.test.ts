@@ -27,6 +27,7 @@ const NOTHING: Readonly<SweepSummary> = {
   tasks_requeued: 0,
   tasks_failed: 0,
   tasks_timed_out: 0,
+  tasks_queue_timed_out: 0,
   tasks_promoted: 0,
   tasks_skipped: 0,
   tasks_cancelled: 0,

@@ -14,6 +14,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/app/sweep.ts';
+import { verifyJobLink } from '../../lib/pages/access.ts';
 import { claimTask, complete, type Forge, sha } from '../e2e/support.ts';
 import type { FakeStatusForge, StatusPost } from '../helpers/fake-status-forge.ts';
 import type { TestStack } from '../helpers/stack.ts';
@@ -50,8 +51,15 @@ export function sequenceTests(
   fake: FakeStatusForge,
   opts: { publicUrl?: string } = {},
 ): void {
-  const target = (jobId: string) =>
-    opts.publicUrl ? `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${jobId}` : undefined;
+  /** The post's target_url, checked: the job's page with a signed link that opens it. */
+  const target = (jobId: string, post: StatusPost) => {
+    if (!opts.publicUrl) return undefined;
+    const page = `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${jobId}?sig=`;
+    const url = String(post.body.target_url);
+    assert.ok(url.startsWith(page), `${url} is the job's page`);
+    assert.ok(verifyJobLink(stack.context.keyring, jobId, url.slice(page.length)), url);
+    return url;
+  };
 
   /** After the sequence, a sweep finds nothing left to post for the commit. */
   async function nothingMore(commit: string, count: number, jobId: string) {
@@ -83,7 +91,7 @@ export function sequenceTests(
         state: state!,
         context,
         description,
-        targetUrl: target(jobId),
+        targetUrl: target(jobId, post),
       });
     }
     return posts;

@@ -1,0 +1,125 @@
+// Who may read a page: a signed-in session (a cookie), or, for one job, the
+// signed link a commit status carries. Both are HMACs under keys derived from
+// the secret key (CONDUCTOR_SECRET_KEY), so nothing is stored: the first key
+// of the keyring signs, every key verifies, as it does for sealed values.
+import { createHash, createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Keyring } from '../secrets.ts';
+
+/** How long the link in a commit status opens its job's page. */
+export const JOB_LINK_TTL_S = 90 * 24 * 3600;
+/** How long a sign-in lasts. */
+export const SESSION_TTL_S = 7 * 24 * 3600;
+export const SESSION_COOKIE = 'conductor_session';
+
+type Purpose = 'job-link' | 'session' | 'csrf';
+
+// One derived key per purpose and key, so a signature made for one purpose
+// never verifies as another, and the secret key itself never signs.
+const derived = new WeakMap<Buffer, Map<Purpose, Buffer>>();
+function keyFor(key: Buffer, purpose: Purpose): Buffer {
+  let byPurpose = derived.get(key);
+  if (!byPurpose) {
+    byPurpose = new Map();
+    derived.set(key, byPurpose);
+  }
+  let out = byPurpose.get(purpose);
+  if (!out) {
+    out = Buffer.from(hkdfSync('sha256', key, 'conductor pages', `conductor ${purpose} v1`, 32));
+    byPurpose.set(purpose, out);
+  }
+  return out;
+}
+
+function mac(key: Buffer, purpose: Purpose, message: string): Buffer {
+  return createHmac('sha256', keyFor(key, purpose)).update(message, 'utf8').digest();
+}
+
+function primary(keyring: Keyring): Buffer {
+  const key = keyring.keys.get(keyring.primaryId);
+  if (!key) throw new Error('the keyring has no primary key');
+  return key;
+}
+
+/** True when `given` (base64url) is the MAC of `message` under any key of the keyring. */
+function verifies(keyring: Keyring, purpose: Purpose, message: string, given: string): boolean {
+  const bytes = Buffer.from(given, 'base64url');
+  if (bytes.length !== 32) return false;
+  for (const key of keyring.keys.values()) {
+    if (timingSafeEqual(mac(key, purpose, message), bytes)) return true;
+  }
+  return false;
+}
+
+const nowS = () => Math.floor(Date.now() / 1000);
+
+/** The `sig` of a job's link: its expiry and an HMAC over the job id and that expiry. */
+export function signJobLink(keyring: Keyring, jobId: string, expiresS = nowS() + JOB_LINK_TTL_S) {
+  const id = jobId.toLowerCase();
+  return `${expiresS}.${mac(primary(keyring), 'job-link', `${id}\0${expiresS}`).toString('base64url')}`;
+}
+
+/** Whether `sig` opens the job's page now. */
+export function verifyJobLink(keyring: Keyring, jobId: string, sig: string): boolean {
+  const match = /^(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(sig);
+  if (!match) return false;
+  const expires = Number(match[1]);
+  if (expires < nowS()) return false;
+  return verifies(keyring, 'job-link', `${jobId.toLowerCase()}\0${expires}`, match[2]!);
+}
+
+export interface Session {
+  /** Random, per sign-in: what the CSRF token is bound to. */
+  id: string;
+  expiresS: number;
+}
+
+// A session is bound to the admin token too: a new admin token signs every
+// session out.
+const tokenTag = (adminToken: string) =>
+  createHash('sha256').update(adminToken, 'utf8').digest('base64url');
+
+/** A new session's cookie value. */
+export function newSession(keyring: Keyring, adminToken: string): { value: string } & Session {
+  const id = randomBytes(18).toString('base64url');
+  const expiresS = nowS() + SESSION_TTL_S;
+  const sig = mac(primary(keyring), 'session', `${id}\0${expiresS}\0${tokenTag(adminToken)}`);
+  return { value: `${id}.${expiresS}.${sig.toString('base64url')}`, id, expiresS };
+}
+
+/** The session a cookie value stands for, or null when it is not one of ours or is over. */
+export function readSession(
+  keyring: Keyring,
+  adminToken: string,
+  value: string | undefined,
+): Session | null {
+  const match = value ? /^([A-Za-z0-9_-]{24})\.(\d{1,12})\.([A-Za-z0-9_-]{43})$/.exec(value) : null;
+  if (!match) return null;
+  const [, id, expires, sig] = match as unknown as [string, string, string, string];
+  const expiresS = Number(expires);
+  if (expiresS < nowS()) return null;
+  const message = `${id}\0${expiresS}\0${tokenTag(adminToken)}`;
+  return verifies(keyring, 'session', message, sig) ? { id, expiresS } : null;
+}
+
+/** The CSRF token of a session's forms. */
+export function csrfToken(keyring: Keyring, session: Session): string {
+  return mac(primary(keyring), 'csrf', session.id).toString('base64url');
+}
+
+/** Whether a form's CSRF token belongs to this session. */
+export function verifyCsrf(keyring: Keyring, session: Session, token: string | undefined): boolean {
+  return !!token && verifies(keyring, 'csrf', session.id, token);
+}
+
+/** True for a host on this machine, where a cookie cannot be `Secure` (plain http). */
+export function isLoopbackHost(host: string | undefined): boolean {
+  const name = (host ?? '').replace(/:\d+$/, '').toLowerCase();
+  return name === 'localhost' || name === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(name);
+}
+
+/** The Set-Cookie value of a session (or, with `value` null, of signing out). */
+export function sessionCookie(value: string | null, host: string | undefined): string {
+  const secure = isLoopbackHost(host) ? '' : '; Secure';
+  const life = value === null ? '; Max-Age=0' : `; Max-Age=${SESSION_TTL_S}`;
+  return `${SESSION_COOKIE}=${value ?? ''}; Path=/; HttpOnly; SameSite=Strict${secure}${life}`;
+}

@@ -1,0 +1,307 @@
+// The job page: its header, actions, the task graph, the open task's log and
+// a task list; and the JSON the page polls while the job runs.
+
+import { getJobView, type JobView, type TaskView } from '../app/views.ts';
+import type { Queryable } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
+import { FINISHED_JOB_STATES } from '../states.ts';
+import { CLIENT_SCRIPT } from './client.ts';
+import { type GraphTask, renderGraph, taskLines } from './graph.ts';
+import { durationText, Html, html, page, scriptJson, shortRef, stateEl, timeEl } from './html.ts';
+import { emptyLogNote, type LogPiece, logTail, logWindow } from './log.ts';
+
+/** Who is looking: signed in (with the session's CSRF token), or through a signed link. */
+export interface Viewer {
+  signedIn: boolean;
+  csrf?: string;
+  /** The signed link's `sig`, carried on every link and poll of the page. */
+  sig?: string;
+}
+
+interface ProjectInfo {
+  id: string;
+  name: string;
+  repo: string;
+  repo_url: string;
+  forge: string;
+}
+
+interface AttemptInfo {
+  attempt: number;
+  outcome: string | null;
+  started_at: Date;
+  finished_at: Date | null;
+  log_size: number;
+}
+
+const isFinal = (state: string) => (FINISHED_JOB_STATES as readonly string[]).includes(state);
+const TASK_FINAL = ['success', 'failed', 'skipped', 'cancelled'];
+
+async function projectOf(db: Queryable, id: string): Promise<ProjectInfo> {
+  const { rows } = await db.query<ProjectInfo>(
+    'select id, name, repo, repo_url, forge from projects where id = $1',
+    [id],
+  );
+  if (!rows[0]) throw new NotFoundError(`project ${id} does not exist`);
+  return rows[0];
+}
+
+async function attemptsOf(db: Queryable, taskId: string): Promise<AttemptInfo[]> {
+  const { rows } = await db.query<AttemptInfo>(
+    `select attempt, outcome, started_at, finished_at, log_size from task_attempts
+      where task_id = $1 order by attempt`,
+    [taskId],
+  );
+  return rows;
+}
+
+async function jobNumber(db: Queryable, id: string | null): Promise<number | null> {
+  if (!id) return null;
+  const { rows } = await db.query<{ number: number }>('select number from jobs where id = $1', [
+    id,
+  ]);
+  return rows[0]?.number ?? null;
+}
+
+/** A link within the page's job, keeping the signed link's `sig`. */
+function jobHref(jobId: string, viewer: Viewer, params: Record<string, string | number> = {}) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) q.set(k, String(v));
+  if (viewer.sig) q.set('sig', viewer.sig);
+  const s = q.toString();
+  return `/jobs/${jobId}${s ? `?${s}` : ''}`;
+}
+
+/** The commit on the forge's site, when the repository is there (https). */
+function commitUrl(project: ProjectInfo, sha: string): string | null {
+  if (!/^https?:\/\//.test(project.repo_url)) return null;
+  return `${project.repo_url.replace(/\.git$/, '').replace(/\/+$/, '')}/commit/${sha}`;
+}
+
+function triggerText(job: JobView, rerunOf: number | null): string {
+  const ref = shortRef(job.ref);
+  switch (job.trigger) {
+    case 'push':
+      return `push to ${ref}`;
+    case 'tag':
+      return `tag ${ref}`;
+    case 'pull_request':
+      return `pull request${job.pull_request ? ` #${job.pull_request}` : ''} into ${shortRef(job.base_ref ?? '') || ref}`;
+    case 'manual':
+      return 'started by hand (admin)';
+    case 'rerun':
+      return rerunOf ? `rerun of job #${rerunOf}` : 'rerun';
+    default:
+      return job.trigger;
+  }
+}
+
+/** The header: state, trigger, ref, commit, trust, times and the compile's errors. */
+function header(job: JobView, project: ProjectInfo, rerunOf: number | null, now: number): Html {
+  const url = commitUrl(project, job.sha);
+  const sha = html`<code title="${job.sha}">${job.sha.slice(0, 12)}</code>`;
+  const trust = job as JobView & { trust_reason?: string | null };
+  return html`<h1>Job #${job.number} ${stateEl(job.state, 'data-job-state')}</h1>
+<dl class="facts">
+<dt>Trigger</dt><dd>${triggerText(job, rerunOf)}</dd>
+<dt>Ref</dt><dd><code>${job.ref}</code></dd>
+<dt>Commit</dt><dd>${url ? html`<a href="${url}">${sha}</a>` : sha}</dd>
+<dt>Trust</dt><dd>${job.trusted ? 'trusted' : 'untrusted'}${trust.trust_reason ? `: ${trust.trust_reason}` : ''}</dd>
+<dt>Created</dt><dd>${timeEl(job.created_at, now)}</dd>
+<dt>Started</dt><dd>${timeEl(job.started_at, now)}</dd>
+<dt>Finished</dt><dd>${timeEl(job.finished_at, now)}</dd>
+<dt>Duration</dt><dd>${durationText(job.started_at, job.finished_at, now) || '–'}</dd>
+</dl>
+${job.state === 'blocked' ? html`<p class="card">This job comes from someone who may not write to the repository. It waits for approval; approved, it runs on untrusted runners, without secrets.</p>` : ''}
+${job.error ? html`<h2>Errors</h2><pre class="errors mono">${job.error}</pre>` : ''}`;
+}
+
+function actionForm(jobId: string, csrf: string, action: string, label: string, extra = ''): Html {
+  return html`<form method="post" action="/jobs/${jobId}/${action}"><input type="hidden" name="csrf" value="${csrf}">${extra ? html`<input type="hidden" name="failed_only" value="${extra}">` : ''}<button type="submit"${action === 'cancel' ? new Html(' class="danger"') : ''}>${label}</button></form>`;
+}
+
+/** The forms a signed-in person may use on the job as it is now. */
+function actions(job: JobView, tasks: GraphTask[], viewer: Viewer): Html {
+  if (!viewer.signedIn || !viewer.csrf) return html``;
+  const csrf = viewer.csrf;
+  const forms: Html[] = [];
+  if (job.state === 'blocked') forms.push(actionForm(job.id, csrf, 'approve', 'Approve and run'));
+  if (!isFinal(job.state)) {
+    forms.push(actionForm(job.id, csrf, 'cancel', job.state === 'blocked' ? 'Decline' : 'Cancel'));
+  } else {
+    forms.push(actionForm(job.id, csrf, 'rerun', 'Rerun'));
+    if (
+      tasks.some((t) => t.state === 'failed' || t.state === 'cancelled' || t.state === 'skipped')
+    ) {
+      forms.push(actionForm(job.id, csrf, 'rerun', 'Rerun failed', 'true'));
+    }
+  }
+  return html`${forms}`;
+}
+
+function taskRows(tasks: GraphTask[], jobId: string, viewer: Viewer, now: number): Html {
+  const rows = tasks.map((t) => {
+    const { note } = taskLines(t, now);
+    return html`<tr data-row="${t.id}"><td><a href="${jobHref(jobId, viewer, { task: t.id })}#log">${t.name}</a></td><td><span class="state st-${t.state}">${t.state}</span></td><td class="wide">${t.attempt}/${t.max_attempts}</td><td class="dur">${durationText(t.started_at, t.finished_at, now)}</td><td class="note">${note}</td></tr>`;
+  });
+  return html`<div class="scroll"><table><thead><tr><th>task</th><th>state</th><th class="wide">attempt</th><th>duration</th><th>notes</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+}
+
+/** The open task's log panel: its attempts, download, "load earlier" and the lines. */
+function logPanel(
+  jobId: string,
+  task: GraphTask,
+  attempts: AttemptInfo[],
+  piece: LogPiece,
+  viewer: Viewer,
+): Html {
+  const tabs = attempts.map(
+    (a) =>
+      html`<a href="${jobHref(jobId, viewer, { task: task.id, attempt: a.attempt })}#log"${a.attempt === piece.attempt ? new Html(' aria-current="true"') : ''}>attempt ${a.attempt}${a.outcome ? ` (${a.outcome})` : ''}</a>`,
+  );
+  const raw = jobHref(jobId, viewer, { task: task.id, attempt: piece.attempt });
+  return html`<section id="log" aria-label="log of ${task.name}">
+<h2>Log: ${task.name}</h2>
+<div class="log-head">${attempts.length > 1 ? html`<nav class="tabs" aria-label="attempts">${tabs}</nav>` : attempts.length === 1 ? html`<span class="muted">attempt 1</span>` : ''}
+${piece.attempt > 0 ? html`<a class="button" data-download href="${raw.replace(`/jobs/${jobId}`, `/jobs/${jobId}/raw`)}" download="${`${task.name}-attempt-${piece.attempt}.log`}">Download raw</a>` : ''}
+<span class="muted" data-log-size>${piece.size ? `${piece.size} bytes` : ''}</span></div>
+<button type="button" data-earlier${piece.from > 0 ? '' : new Html(' hidden')}>Load earlier lines</button>
+<pre class="log" data-log tabindex="0">${new Html(piece.html)}</pre>
+${piece.lines === 0 ? html`<p class="muted" data-log-empty>${new Html(emptyLogNote(task.state))}</p>` : ''}
+</section>`;
+}
+
+interface Loaded {
+  job: JobView;
+  tasks: TaskView[];
+  project: ProjectInfo;
+}
+
+async function load(db: Queryable, jobId: string): Promise<Loaded> {
+  const { job, tasks } = await getJobView(db, jobId);
+  return { job, tasks, project: await projectOf(db, job.project_id) };
+}
+
+function findTask(tasks: TaskView[], id: string | undefined): TaskView | undefined {
+  return id ? tasks.find((t) => t.id === id) : undefined;
+}
+
+/** Which task opens when none is asked for: the first that failed, if any. */
+function defaultTask(tasks: TaskView[]): TaskView | undefined {
+  return (
+    tasks.find((t) => t.state === 'failed' && !t.allow_failure) ??
+    tasks.find((t) => t.state === 'failed')
+  );
+}
+
+/** The whole job page. */
+export async function renderJobPage(
+  db: Queryable,
+  jobId: string,
+  viewer: Viewer,
+  query: { task?: string; attempt?: number },
+  now = Date.now(),
+): Promise<string> {
+  const { job, tasks, project } = await load(db, jobId);
+  const open = query.task ? findTask(tasks, query.task) : defaultTask(tasks);
+  if (query.task && !open) throw new NotFoundError(`job ${jobId} has no task ${query.task}`);
+  const rerunOf = await jobNumber(db, job.rerun_of);
+  let panel = html`<p class="muted" id="log">Select a task to see its log.</p>`;
+  let piece: LogPiece | null = null;
+  if (open) {
+    piece = await logWindow(db, open.id, query.attempt);
+    panel = logPanel(job.id, open, await attemptsOf(db, open.id), piece, viewer);
+  }
+  const data = {
+    live: `/jobs/${job.id}/live`,
+    log: `/jobs/${job.id}/log`,
+    sig: viewer.sig ?? null,
+    final: isFinal(job.state),
+    task: open?.id ?? null,
+    taskFinal: open ? TASK_FINAL.includes(open.state) : true,
+    // A page that asked for an attempt stays on it; otherwise it follows the latest.
+    follow: query.attempt === undefined,
+    attempt: piece?.attempt ?? null,
+    from: piece?.from ?? 0,
+    end: piece?.end ?? 0,
+    size: piece?.size ?? 0,
+    nextLine: piece ? piece.line + piece.lines - (piece.partial ? 1 : 0) : 1,
+    partial: piece?.partial ?? false,
+    firstLine: piece?.line ?? 1,
+  };
+  const body = html`<nav class="muted"><a href="/projects/${encodeURIComponent(project.id)}">${project.name}</a> / job #${job.number} · <code>${shortRef(job.ref)}</code></nav>
+<div id="job-head">${header(job, project, rerunOf, now)}</div>
+<div class="actions" id="job-actions">${actions(job, tasks, viewer)}</div>
+<h2>Tasks</h2>
+${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${jobHref(job.id, viewer, { task: t.id })}#log`, open: open?.id, now })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
+${panel}
+${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, job.id, viewer, now)}` : ''}`;
+  return page({
+    title: `#${job.number} ${shortRef(job.ref)} · ${project.name}`,
+    body,
+    signedIn: viewer.signedIn,
+    csrf: viewer.csrf,
+    script: html`<script type="application/json" id="page-data">${scriptJson(data)}</script><script>${new Html(CLIENT_SCRIPT)}</script>`,
+  });
+}
+
+/** What the page polls: the header and actions again, each task's state, and the open log's new lines. */
+export async function liveJob(
+  db: Queryable,
+  jobId: string,
+  viewer: Viewer,
+  query: { task?: string; attempt?: number; from?: number; line?: number },
+  now = Date.now(),
+): Promise<unknown> {
+  const { job, tasks, project } = await load(db, jobId);
+  const rerunOf = await jobNumber(db, job.rerun_of);
+  let log: (LogPiece & { task_state: string; task_final: boolean }) | null = null;
+  const open = findTask(tasks, query.task);
+  if (query.task && !open) throw new NotFoundError(`job ${jobId} has no task ${query.task}`);
+  if (open && open.attempt > 0) {
+    const piece = await logTail(
+      db,
+      open.id,
+      query.attempt ?? open.attempt,
+      query.from ?? 0,
+      query.line ?? 1,
+    );
+    log = { ...piece, task_state: open.state, task_final: TASK_FINAL.includes(open.state) };
+  }
+  return {
+    state: job.state,
+    final: isFinal(job.state),
+    header: header(job, project, rerunOf, now).text,
+    actions: actions(job, tasks, viewer).text,
+    tasks: tasks.map((t) => ({
+      id: t.id,
+      state: t.state,
+      attempt: t.attempt,
+      ...taskLines(t, now),
+      duration: durationText(t.started_at, t.finished_at, now),
+    })),
+    log,
+    open: open ? { id: open.id, state: open.state, attempt: open.attempt } : null,
+  };
+}
+
+/** An earlier page of the open log, ending where the one shown starts. */
+export async function earlierLog(
+  db: Queryable,
+  jobId: string,
+  taskId: string,
+  attempt: number,
+  before: number,
+): Promise<LogPiece> {
+  await taskOfJob(db, jobId, taskId);
+  return logWindow(db, taskId, attempt, before);
+}
+
+/** Fails with a 404 unless the task is one of the job's (a signed link opens one job only). */
+export async function taskOfJob(db: Queryable, jobId: string, taskId: string): Promise<void> {
+  const { rows } = await db.query('select 1 from tasks where id = $1 and job_id = $2', [
+    taskId,
+    jobId,
+  ]);
+  if (rows.length === 0) throw new NotFoundError(`job ${jobId} has no task ${taskId}`);
+}

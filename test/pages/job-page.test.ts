@@ -1,0 +1,168 @@
+// The job page in a real browser: the graph of a running job, states and the
+// open log changing without a reload as a runner works, ANSI colours and a
+// masked secret in the log, rerun from the page, and screenshots of it all.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { claimTask, complete, getJob, putSecret, startE2E, uploadLog } from '../e2e/support.ts';
+import { launchBrowser, newPage, runningJob, runTask, screenshot, signIn } from './support.ts';
+
+const REPO = 'acme/pages';
+const SECRET = 'hunter2-deploy-token';
+const e2e = await startE2E(import.meta.filename, {
+  projects: { project: { forge: 'github', id: 'pages', repo: REPO, cancel_superseded: false } },
+});
+const { stack } = e2e;
+await putSecret(stack, 'pages', 'DEPLOY_TOKEN', SECRET);
+const browser = await launchBrowser();
+
+const DEMO = `  build:
+    script: [make]
+  test:
+    needs: [build]
+    matrix:
+      node: [20, 22]
+    script: [make test]
+  lint:
+    allow_failure: true
+    script: [make lint]
+  package:
+    needs: [build, test, lint]
+    secrets: [DEPLOY_TOKEN]
+    script: [make package]
+`;
+
+const stateOf = (page: import('playwright-core').Page, name: string) =>
+  page.locator(`[data-task-name="${name}"]`).getAttribute('data-state');
+
+test('a running job shows its graph, and a task turns success on the page without a reload when its runner completes it', async () => {
+  const job = await runningJob(e2e, 'live', DEMO);
+  const { page } = await newPage(browser);
+  await signIn(page, stack);
+  await page.goto(`${stack.url}/jobs/${job.jobId}`);
+
+  assert.equal(await page.locator('svg[aria-label="task graph"]').count(), 1);
+  const names = await page
+    .locator('[data-task-name]')
+    .evaluateAll((els) => els.map((e) => e.getAttribute('data-task-name')));
+  assert.deepEqual(names.sort(), [
+    'build',
+    'lint',
+    'package',
+    'test (node: 20)',
+    'test (node: 22)',
+  ]);
+  assert.equal(await page.locator('[data-job-state]').getAttribute('data-job-state'), 'running');
+  assert.equal(await stateOf(page, 'build'), 'queued');
+  assert.equal(await stateOf(page, 'test (node: 20)'), 'waiting');
+  // The matrix is grouped under its base name; allow_failure is said in words.
+  assert.equal(await page.locator('svg .group > text', { hasText: 'test' }).count(), 1);
+  assert.match(
+    (await page.locator('[data-task-name="lint"]').textContent()) ?? '',
+    /allowed to fail/,
+  );
+  await page.evaluate(() => {
+    (window as unknown as { kept: boolean }).kept = true;
+  });
+
+  await runTask(stack, job.token); // build
+  await page.waitForFunction(
+    () =>
+      document.querySelector('[data-task-name="build"]')?.getAttribute('data-state') === 'success',
+    undefined,
+    { timeout: 5_000 },
+  );
+  assert.match((await page.locator('[data-task-name="build"]').textContent()) ?? '', /success/);
+  await page.waitForFunction(
+    () =>
+      document.querySelector('[data-task-name="test (node: 20)"]')?.getAttribute('data-state') ===
+      'queued',
+    undefined,
+    { timeout: 5_000 },
+  );
+  assert.equal(
+    await page.evaluate(() => (window as unknown as { kept?: boolean }).kept),
+    true,
+    'the page was not reloaded',
+  );
+  await screenshot(page, 'job-running-1280x800');
+  const phone = await newPage(browser, { width: 390, height: 844 });
+  await signIn(phone.page, stack);
+  await phone.page.goto(`${stack.url}/jobs/${job.jobId}`);
+  await screenshot(phone.page, 'job-running-390x844');
+});
+
+test('a log with ANSI colours shows coloured spans, the masked secret as ***, and new lines as the runner sends them', async () => {
+  const job = await runningJob(
+    e2e,
+    'colours',
+    '  deploy:\n    secrets: [DEPLOY_TOKEN]\n    script: [make deploy]\n',
+  );
+  const task = await claimTask(stack, job.token);
+  const first = `\u001b[31mred failure\u001b[0m and \u001b[1;32mgreen\u001b[0m\nusing ${SECRET} now\n`;
+  let res = await uploadLog(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    offset: 0,
+    data: first,
+  });
+  assert.equal(res.status, 200, res.text);
+
+  const { page } = await newPage(browser);
+  await signIn(page, stack);
+  await page.goto(`${stack.url}/jobs/${job.jobId}?task=${task.id}`);
+  const log = page.locator('[data-log]');
+  assert.equal(await log.textContent(), 'red failure and green\nusing *** now\n');
+  const red = await log
+    .locator('span', { hasText: 'red failure' })
+    .last()
+    .evaluate((el) => getComputedStyle(el).color);
+  assert.equal(red, 'rgb(187, 0, 0)', 'ansi_up red');
+  assert.ok(!(await page.content()).includes(SECRET));
+
+  // The runner goes on: the open log grows without a reload, then the task ends.
+  res = await uploadLog(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    offset: Buffer.byteLength(first),
+    data: 'deployed\n',
+  });
+  assert.equal(res.status, 200, res.text);
+  await page.waitForFunction(
+    () => document.querySelector('[data-log]')?.textContent?.endsWith('deployed\n'),
+    undefined,
+    { timeout: 5_000 },
+  );
+  assert.equal(await page.locator('#L3').count(), 1, 'the new line is line 3, with its anchor');
+  res = await complete(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    outcome: 'success',
+    exit_code: 0,
+  });
+  assert.equal(res.status, 200, res.text);
+  await page.waitForFunction(
+    () => document.querySelector('[data-job-state]')?.getAttribute('data-job-state') === 'success',
+    undefined,
+    { timeout: 5_000 },
+  );
+  assert.equal(await log.textContent(), 'red failure and green\nusing *** now\ndeployed\n');
+  await screenshot(page, 'job-finished-1280x800');
+  const phone = await newPage(browser, { width: 390, height: 844 });
+  await signIn(phone.page, stack);
+  await phone.page.goto(`${stack.url}/jobs/${job.jobId}?task=${task.id}`);
+  await screenshot(phone.page, 'job-finished-390x844');
+});
+
+test('rerun from the page creates a new job and opens it', async () => {
+  const job = await runningJob(e2e, 'rerun', '  only:\n    script: [make]\n');
+  await runTask(stack, job.token, { outcome: 'failed' });
+  const { page } = await newPage(browser);
+  await signIn(page, stack);
+  await page.goto(`${stack.url}/jobs/${job.jobId}`);
+  assert.equal(await page.locator('[data-job-state]').getAttribute('data-job-state'), 'failed');
+  await Promise.all([
+    page.waitForURL((u) => u.pathname.startsWith('/jobs/') && !u.pathname.endsWith(job.jobId)),
+    page.getByRole('button', { name: 'Rerun', exact: true }).click(),
+  ]);
+  const newId = new URL(page.url()).pathname.split('/')[2]!;
+  const view = await getJob(stack, newId);
+  assert.equal(view.job.rerun_of, job.jobId);
+  assert.equal(view.job.trigger, 'rerun');
+});
