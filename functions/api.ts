@@ -8,7 +8,6 @@ import {
   startManualJob,
   TriggerSchema,
 } from '../lib/app/jobs.ts';
-import { MAX_LOG_PAGE_BYTES, readLog } from '../lib/app/logs.ts';
 import {
   createProject,
   deleteProject,
@@ -23,7 +22,7 @@ import {
   SecretPutSchema,
   updateProject,
 } from '../lib/app/projects.ts';
-import { getJobView, listProjectJobs } from '../lib/app/views.ts';
+import { getJobView, listProjectJobs, MAX_LOG_PAGE_BYTES, readLog } from '../lib/app/views.ts';
 import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/app/workers.ts';
 import { type AppContext, getContext } from '../lib/context.ts';
 import { NotFoundError } from '../lib/errors.ts';

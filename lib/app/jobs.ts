@@ -4,10 +4,10 @@
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
+import { getJobOnly, type JobView } from '../scheduler/views.ts';
 import { getProject } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { triggerJob } from './trigger.ts';
-import { getJobOnly, type JobView } from './views.ts';
 
 const SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
 

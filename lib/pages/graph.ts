@@ -4,7 +4,7 @@
 // never changes once compiled, so a layout is kept, keyed by that shape, and
 // every later view of the job (or of a rerun of the same pipeline) reuses it.
 import dagre from '@dagrejs/dagre';
-import type { TaskView } from '../app/views.ts';
+import type { TaskView } from '../scheduler/views.ts';
 import { durationText, esc, Html } from './html.ts';
 
 /** What the graph shows of a task. */

@@ -4,7 +4,6 @@
 // code, handed in as `act`).
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { z } from 'zod';
-import { readLog } from '../app/logs.ts';
 import type { AppContext } from '../context.ts';
 import { AppError, NotFoundError } from '../errors.ts';
 import {
@@ -15,6 +14,7 @@ import {
   type Reply,
   rawBody,
 } from '../http/index.ts';
+import { readLog } from '../scheduler/task-log.ts';
 import {
   csrfToken,
   newSession,

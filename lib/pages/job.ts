@@ -1,9 +1,9 @@
 // The job page: its header, actions, the task graph, the open task's log and
 // a task list; and the JSON the page polls while the job runs.
 
-import { getJobView, type JobView, type TaskView } from '../app/views.ts';
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { getJobView, type JobView, type TaskView } from '../scheduler/views.ts';
 import { FINISHED_JOB_STATES } from '../states.ts';
 import { CLIENT_SCRIPT } from './client.ts';
 import { type GraphTask, renderGraph, taskLines } from './graph.ts';

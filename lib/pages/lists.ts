@@ -1,9 +1,9 @@
 // The front page (projects with their latest jobs), a project's jobs page by
 // page, and the sign-in page.
 
-import { listJobs } from '../app/views.ts';
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { listJobs } from '../scheduler/views.ts';
 import { durationText, type Html, html, page, shortRef, timeEl } from './html.ts';
 
 export const JOBS_PER_PAGE = 25;

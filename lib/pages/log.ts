@@ -3,8 +3,8 @@
 // at a time: the last page first, earlier ones on request, and while the task
 // runs, what was added since.
 import { AnsiUp } from 'ansi_up';
-import { countLogLines, MAX_LOG_PAGE_BYTES, readLog } from '../app/logs.ts';
 import type { Queryable } from '../db/index.ts';
+import { countLogLines, MAX_LOG_PAGE_BYTES, readLog } from '../scheduler/task-log.ts';
 import { esc } from './html.ts';
 
 export interface LogPiece {

@@ -32,5 +32,12 @@ export { type FollowUpResult, followUp, settleJobAfterCommit } from './progress.
 export { type RerunResult, rerunJob } from './rerun.ts';
 export { purgeExpired, type RetentionOptions, type RetentionSummary } from './retention.ts';
 export { type SweepOptions, type SweepSummary, sweep } from './sweep.ts';
+export {
+  countLogLines,
+  type LogPage,
+  MAX_LOG_PAGE_BYTES,
+  readLog,
+} from './task-log.ts';
 export { approveJob, settleJobTrust } from './trust.ts';
 export * from './types.ts';
+export { getJobOnly, getJobView, type JobView, listJobs, type TaskView } from './views.ts';

@@ -1,0 +1,99 @@
+// Jobs and tasks as the API and the pages show them (the contract's Job and
+// TaskView): the scheduler's rows, read.
+import type { Queryable } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
+import type { JobRow } from './types.ts';
+
+export type JobView = Omit<
+  JobRow,
+  'delivery_id' | 'body_sha256' | 'confirm_writers' | 'compile_attempts' | 'dispatched_at'
+>;
+
+const JOB_VIEW = `id, project_id, number, state, trigger, ref, sha, base_ref, pull_request, trusted,
+  trust_reason, approved_at, rerun_of, pipeline_name, error, errors, created_at, started_at,
+  finished_at`;
+
+export interface TaskView {
+  id: string;
+  name: string;
+  base_name: string;
+  matrix: Record<string, string>;
+  state: string;
+  needs: string[];
+  labels: string[];
+  image: string | null;
+  attempt: number;
+  max_attempts: number;
+  allow_failure: boolean;
+  exit_code: number | null;
+  error: string | null;
+  outputs: Record<string, string>;
+  copied_from: string | null;
+  /**
+   * Why a queued task waits beyond the queue itself: no registered worker of
+   * its pool (trusted or untrusted) has its labels. Null otherwise.
+   */
+  queue_reason: string | null;
+  started_at: Date | null;
+  finished_at: Date | null;
+}
+
+// A queued task no registered worker can ever claim: none of its pool (an
+// untrusted worker for an untrusted task, any other for a trusted one), or
+// none of its pool with all of its labels. Workers are few, so reading them
+// per queued task is cheap; other states never ask.
+const QUEUE_REASON = `case when t.state = 'queued' and not exists (
+    select 1 from workers w
+     where not w.revoked and w.untrusted = not t.trusted and t.labels <@ w.labels)
+  then case when not exists (
+              select 1 from workers w where not w.revoked and w.untrusted = not t.trusted)
+            then format('no %s worker is registered',
+                        case when t.trusted then 'trusted' else 'untrusted' end)
+            else format('no %s worker has the labels %s',
+                        case when t.trusted then 'trusted' else 'untrusted' end,
+                        array_to_string(t.labels, ', ')) end
+  end`;
+
+/** A project's jobs, newest first; `before` is a job number. */
+export async function listJobs(
+  db: Queryable,
+  projectId: string,
+  limit: number,
+  before?: number,
+): Promise<JobView[]> {
+  const { rows } = await db.query<JobView>(
+    `select ${JOB_VIEW} from jobs
+      where project_id = $1 and ($2::int is null or number < $2)
+      order by number desc limit $3`,
+    [projectId, before ?? null, limit],
+  );
+  return rows;
+}
+
+/** One job with its tasks in pipeline order, or a 404. */
+export async function getJobView(
+  db: Queryable,
+  jobId: string,
+): Promise<{ job: JobView; tasks: TaskView[] }> {
+  const found = await db.query<JobView>(`select ${JOB_VIEW} from jobs where id = $1`, [jobId]);
+  const job = found.rows[0];
+  if (!job) throw new NotFoundError(`job ${jobId} does not exist`);
+  const { rows } = await db.query<TaskView>(
+    `select t.id, t.name, t.base_name, t.matrix, t.state, t.needs, t.labels, t.image, t.attempt,
+            t.max_attempts, t.allow_failure, t.exit_code, t.error, t.copied_from,
+            t.started_at, t.finished_at,
+            coalesce((select jsonb_object_agg(o.name, o.value) from task_outputs o where o.task_id = t.id),
+                     '{}'::jsonb) as outputs,
+            ${QUEUE_REASON} as queue_reason
+       from tasks t where t.job_id = $1 order by t.position`,
+    [jobId],
+  );
+  return { job, tasks: rows };
+}
+
+/** A job as the API shows it, or a 404. */
+export async function getJobOnly(db: Queryable, jobId: string): Promise<JobView> {
+  const { rows } = await db.query<JobView>(`select ${JOB_VIEW} from jobs where id = $1`, [jobId]);
+  if (!rows[0]) throw new NotFoundError(`job ${jobId} does not exist`);
+  return rows[0];
+}
