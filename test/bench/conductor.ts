@@ -9,7 +9,8 @@ import { claimTask, completeTask } from '../../lib/scheduler/index.ts';
 import type { TaskSpec } from '../../lib/scheduler/types.ts';
 import { createLocalServer, type Handlers } from '../../local/server.ts';
 import { type LocalStack, startLocalStack } from '../../local/stack.ts';
-import { giteaPush, sha as shaOf } from '../e2e/support.ts';
+import { sha as shaOf } from '../e2e/payloads.ts';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { makeProject, makeWorker, spec, startedJob } from '../helpers/fixtures.ts';
 import { type HttpClient, httpClient, nowMs, percentile, type Rate, rate, sleep } from './util.ts';
 

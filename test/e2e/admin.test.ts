@@ -1,22 +1,19 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
+import { assertError, assertJobShape, assertTime } from './assertions.ts';
 import {
-  assertError,
-  assertJobShape,
-  assertTime,
   claim,
   claimTask,
   complete,
   createWorker,
   getJob,
   type Json,
-  pipeline,
   putSecret,
-  sha,
   startE2E,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, addProject } = await startE2E(import.meta.filename);
 const admin = { token: stack.adminToken };

@@ -2,22 +2,19 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import { signBody } from '../../lib/forge/webhook.ts';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
+import { assertBadRequest, assertError, assertUnauthorized } from './assertions.ts';
 import {
-  assertBadRequest,
-  assertError,
-  assertUnauthorized,
   claimTask,
   countRows,
   createWorker,
   deliverRunning,
-  giteaPush,
-  githubPush,
   type Json,
-  pipeline,
   sendWebhook,
-  sha,
   startE2E,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const GH_REPO = 'acme/auth';
 const GT_REPO = 'acme/auth-gitea';

@@ -6,19 +6,17 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { inProcessDispatcher } from '../../lib/app/dispatch.ts';
 import { CompileWorker } from '../../lib/pipeline/worker.ts';
+import { githubPullRequest, githubPush } from '../forge/fixtures/github.ts';
 import {
   claim,
   createWorker,
   getJob,
-  githubPullRequest,
-  githubPush,
   type Json,
-  pipeline,
   sendWebhook,
-  sha,
   startE2E,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/bombs';
 const {
@@ -91,7 +89,7 @@ test("a fork's 0.9 MB script over a 500-way matrix fails its job at the 10 MiB l
     stack,
     'github',
     'pull_request',
-    githubPullRequest(REPO, { number: 7, action: 'opened', headSha: head, headRepo: 'mallory/x' }),
+    githubPullRequest('opened', { repo: REPO, number: 7, headSha: head, headRepo: 'mallory/x' }),
     { secret: project.secret },
   );
   assert.equal(hook.status, 202, hook.text);

@@ -9,18 +9,17 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { runSweep } from '../../lib/app/sweep.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
 import {
   claim,
   complete,
   createWorker,
   deliverRunning,
-  githubPush,
   heartbeat,
-  pipeline,
-  sha,
   startE2E,
   uploadLog,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/faults';
 const LABEL = 'faults';

@@ -1,19 +1,17 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { fullFlow } from './flow.ts';
+import { giteaPullRequest, giteaPush } from '../forge/fixtures/gitea.ts';
 import {
   claimTask,
   createWorker,
   deliverRunning,
   getJob,
-  giteaPullRequest,
-  giteaPush,
   heartbeat,
-  pipeline,
   sendWebhook,
-  sha,
   startE2E,
-} from './support.ts';
+} from './calls.ts';
+import { fullFlow } from './flow.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, addProject } = await startE2E(import.meta.filename, { githubApi: false });
 
@@ -71,7 +69,7 @@ test('a Gitea pull request update (action synchronized) builds the head commit a
     stack,
     'gitea',
     'pull_request',
-    giteaPullRequest(repo, { number: 12, action: 'synchronized', headSha: head }),
+    giteaPullRequest('synchronized', { repo, number: 12, headSha: head }),
     secret,
   );
   assert.equal(view.job.trigger, 'pull_request');
@@ -87,7 +85,7 @@ test('a Gitea pull request update (action synchronized) builds the head commit a
     stack,
     'gitea',
     'pull_request',
-    giteaPullRequest(repo, { number: 12, action: 'closed', headSha: head }),
+    giteaPullRequest('closed', { repo, number: 12, headSha: head }),
     { secret },
   );
   assert.equal(closed.status, 200, closed.text);

@@ -1,16 +1,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { githubPush } from '../forge/fixtures/github.ts';
+import { claimTask, complete, createWorker, deliverRunning, startE2E } from './calls.ts';
 import { fullFlow } from './flow.ts';
-import {
-  claimTask,
-  complete,
-  createWorker,
-  deliverRunning,
-  githubPush,
-  pipeline,
-  sha,
-  startE2E,
-} from './support.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, addProject } = await startE2E(import.meta.filename);
 

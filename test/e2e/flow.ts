@@ -1,29 +1,25 @@
 // The whole life of a push, as the forge, a runner and a person see it; the
 // GitHub and Gitea flow files run it with their own forge.
 import assert from 'node:assert/strict';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
 import type { FakeForge } from '../helpers/fake-forge.ts';
 import type { TestStack } from '../helpers/stack.ts';
+import { assertJobShape, assertTaskShape, assertTaskViewShape } from './assertions.ts';
 import {
   addProject,
-  assertJobShape,
-  assertTaskShape,
-  assertTaskViewShape,
   claim,
   claimTask,
   complete,
   createWorker,
-  type Forge,
-  giteaPush,
-  githubPush,
   heartbeat,
   type Json,
-  pipeline,
   putSecret,
   sendWebhook,
-  sha,
   uploadLog,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { type Forge, pipeline, sha } from './payloads.ts';
 
 const SECRET_VALUE = 'hunter2-Ω-deploy-key';
 

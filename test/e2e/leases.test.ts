@@ -2,22 +2,21 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import { sweep } from '../../lib/scheduler/index.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
+import { assertError } from './assertions.ts';
 import {
-  assertError,
   claim,
   claimTask,
   complete,
   createWorker,
   deliverRunning,
   getJob,
-  githubPush,
   heartbeat,
   type Json,
-  pipeline,
-  sha,
   startE2E,
   uploadLog,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/leases';
 const {

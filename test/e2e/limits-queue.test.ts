@@ -4,15 +4,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/app/sweep.ts';
-import {
-  deliverRunning,
-  getJob,
-  githubPullRequest,
-  githubPush,
-  pipeline,
-  sha,
-  startE2E,
-} from './support.ts';
+import { githubPullRequest, githubPush } from '../forge/fixtures/github.ts';
+import { deliverRunning, getJob, startE2E } from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/queue';
 const {
@@ -110,7 +104,7 @@ tasks:
     stack,
     'github',
     'pull_request',
-    githubPullRequest(REPO, { number: 4, action: 'opened', headSha: head, headRepo: 'eve/queue' }),
+    githubPullRequest('opened', { repo: REPO, number: 4, headSha: head, headRepo: 'eve/queue' }),
     project.secret,
   );
   const jobId = hook.body.job_id;

@@ -1,22 +1,20 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { githubPullRequest, githubPush } from '../forge/fixtures/github.ts';
+import { assertError } from './assertions.ts';
 import {
-  assertError,
   claimTask,
   complete,
   createWorker,
   deliverRunning,
-  githubPullRequest,
-  githubPush,
   heartbeat,
-  pipeline,
   putSecret,
   sendWebhook,
-  sha,
   startE2E,
   uploadLog,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const LOG_LIMIT = 4096;
 const REPO = 'acme/logs';
@@ -155,7 +153,7 @@ test('a fork pull request gets no secret value, so its log shows what it printed
     stack,
     'github',
     'pull_request',
-    githubPullRequest(REPO, { number: 9, action: 'opened', headSha: head, headRepo: 'eve/logs' }),
+    githubPullRequest('opened', { repo: REPO, number: 9, headSha: head, headRepo: 'eve/logs' }),
     { secret: project.secret },
   );
   assert.equal(hook.status, 202, hook.text);

@@ -5,19 +5,18 @@ import { handler as compileHandler } from '../../functions/compile.ts';
 import { dispatchCompile } from '../../lib/app/dispatch.ts';
 import { runSweep } from '../../lib/app/sweep.ts';
 import { sweep } from '../../lib/scheduler/index.ts';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
 import {
   claimTask,
   createWorker,
   getJob,
-  giteaPush,
-  githubPush,
   type Json,
-  pipeline,
   sendWebhook,
-  sha,
   startE2E,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/pipelines';
 const GITEA_REPO = 'acme/pipelines-gitea';

@@ -4,20 +4,19 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { githubPush } from '../forge/fixtures/github.ts';
+import { assertError } from './assertions.ts';
 import {
-  assertError,
   claim,
   claimTask,
   complete,
   createWorker,
   deliverRunning,
-  githubPush,
   heartbeat,
-  pipeline,
-  sha,
   startE2E,
   uploadLog,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/takeover';
 const LABEL = 'takeover';

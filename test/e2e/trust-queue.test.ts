@@ -3,17 +3,9 @@
 // untrusted workers in this database.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import {
-  claim,
-  claimTask,
-  createWorker,
-  deliverRunning,
-  getJob,
-  githubPullRequest,
-  pipeline,
-  sha,
-  startE2E,
-} from './support.ts';
+import { githubPullRequest } from '../forge/fixtures/github.ts';
+import { claim, claimTask, createWorker, deliverRunning, getJob, startE2E } from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, projects } = await startE2E(import.meta.filename, {
   projects: {
@@ -30,7 +22,7 @@ test('an untrusted task with no untrusted worker waits queued, and the job view 
     stack,
     'github',
     'pull_request',
-    githubPullRequest(repo, { number: 1, action: 'opened', headSha: head, headRepo: 'eve/forks' }),
+    githubPullRequest('opened', { repo, number: 1, headSha: head, headRepo: 'eve/forks' }),
     projects.forks.secret,
   );
   assert.equal(view.job.trusted, false);

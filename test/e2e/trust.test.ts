@@ -8,10 +8,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/app/sweep.ts';
-import { startFakeStatusForge } from '../helpers/fake-status-forge.ts';
+import { giteaPullRequest } from '../forge/fixtures/gitea.ts';
+import { githubPullRequest, githubPush } from '../forge/fixtures/github.ts';
+import { startFakeForge } from '../helpers/fake-forge.ts';
+import { assertBadRequest, assertError } from './assertions.ts';
 import {
-  assertBadRequest,
-  assertError,
   claim,
   claimTask,
   complete,
@@ -19,17 +20,13 @@ import {
   createWorker,
   deliverRunning,
   getJob,
-  giteaPullRequest,
-  githubPullRequest,
-  githubPush,
   type Json,
-  pipeline,
   putSecret,
   sendWebhook,
-  sha,
   startE2E,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, addProject } = await startE2E(import.meta.filename);
 
@@ -51,9 +48,9 @@ function agitPullRequest(
   repo: string,
   opts: { number: number; headSha: string; sender: string; author?: string; action?: string },
 ) {
-  const payload: Json = giteaPullRequest(repo, {
+  const payload: Json = giteaPullRequest(opts.action ?? 'opened', {
+    repo,
     number: opts.number,
-    action: opts.action ?? 'opened',
     headSha: opts.headSha,
   });
   payload.pull_request.head.ref = `refs/for/main/topic-${opts.number}`;
@@ -91,12 +88,7 @@ test('a fork pull request waits blocked, unread; approved, it runs on the untrus
     stack,
     'github',
     'pull_request',
-    githubPullRequest(repo, {
-      number: 7,
-      action: 'opened',
-      headSha: head,
-      headRepo: 'mallory/forked',
-    }),
+    githubPullRequest('opened', { repo, number: 7, headSha: head, headRepo: 'mallory/forked' }),
     { secret },
   );
   assert.equal(hook.status, 202, hook.text);
@@ -309,7 +301,7 @@ test('a Gitea permission API that refuses the token (403) leaves the pull reques
 });
 
 test('the commit status of a blocked job says "waiting for approval"', async () => {
-  const forge = await startFakeStatusForge();
+  const forge = await startFakeForge({ statuses: true });
   const repo = 'harbor/status';
   const { secret } = await addProject({
     forge: 'gitea',
@@ -323,12 +315,7 @@ test('the commit status of a blocked job says "waiting for approval"', async () 
     stack,
     'gitea',
     'pull_request',
-    giteaPullRequest(repo, {
-      number: 9,
-      action: 'opened',
-      headSha: head,
-      headRepo: 'mallory/status',
-    }),
+    giteaPullRequest('opened', { repo, number: 9, headSha: head, headRepo: 'mallory/status' }),
     { secret },
   );
   assert.equal(res.status, 202, res.text);
@@ -391,7 +378,7 @@ test('a rerun of an untrusted job is untrusted', async () => {
     stack,
     'github',
     'pull_request',
-    githubPullRequest(repo, { number: 11, action: 'opened', headSha: head, headRepo: 'eve/x' }),
+    githubPullRequest('opened', { repo, number: 11, headSha: head, headRepo: 'eve/x' }),
     secret,
   );
   assert.equal(view.job.trusted, false);
@@ -437,9 +424,9 @@ test('approve answers 409 unless the job is blocked, 404 for no such job; cancel
     stack,
     'github',
     'pull_request',
-    githubPullRequest(repo, {
+    githubPullRequest('opened', {
+      repo,
       number: 2,
-      action: 'opened',
       headSha: sha('declined-fork'),
       headRepo: 'mallory/declined',
     }),
@@ -464,7 +451,7 @@ test('a new push to a fork pull request supersedes its blocked job; closing it c
       stack,
       'github',
       'pull_request',
-      githubPullRequest(repo, { number: 3, action, headSha: head, headRepo: 'eve/fork-updates' }),
+      githubPullRequest(action, { repo, number: 3, headSha: head, headRepo: 'eve/fork-updates' }),
       { secret },
     );
   const first = await send('opened', sha('fork-updates-1'));
@@ -493,7 +480,7 @@ test("fork_pull_requests 'ignore' answers 200 {ignored} and writes nothing; 'run
   const head = sha('policies-fork');
   fake.setFile(repo, head, pipeline('policies', '  a:\n    script: [make]\n'));
   const fork = (number: number) =>
-    githubPullRequest(repo, { number, action: 'opened', headSha: head, headRepo: 'eve/policies' });
+    githubPullRequest('opened', { repo, number, headSha: head, headRepo: 'eve/policies' });
   const jobs = await countRows(stack, 'jobs');
   const ignored = await sendWebhook(stack, 'github', 'pull_request', fork(1), { secret });
   assert.equal(ignored.status, 200, ignored.text);
@@ -508,7 +495,7 @@ test("fork_pull_requests 'ignore' answers 200 {ignored} and writes nothing; 'run
     stack,
     'github',
     'pull_request',
-    githubPullRequest(repo, { number: 2, action: 'opened', headSha: own }),
+    githubPullRequest('opened', { repo, number: 2, headSha: own }),
     secret,
   );
   assert.equal(ownJob.job.trusted, true);

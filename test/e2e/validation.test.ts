@@ -1,21 +1,19 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
+import { githubPullRequest, githubPush } from '../forge/fixtures/github.ts';
+import { assertBadRequest } from './assertions.ts';
 import {
-  assertBadRequest,
   claimTask,
   countRows,
   createWorker,
-  giteaPush,
-  githubPullRequest,
-  githubPush,
-  pipeline,
   type Reply,
   sendWebhook,
-  sha,
   startE2E,
   waitForJob,
-} from './support.ts';
+} from './calls.ts';
+import { pipeline, sha } from './payloads.ts';
 
 const REPO = 'acme/validation';
 const {
@@ -264,7 +262,7 @@ test('malformed query parameters are a 400 naming the parameter', async () => {
 test('a malformed webhook is a 400 naming the field, never a 500, and writes nothing', async () => {
   const jobs = await countRows(stack, 'jobs');
   const push = githubPush(REPO, sha('bad-webhook'));
-  const pr = githubPullRequest(REPO, { number: 5, action: 'opened', headSha: sha('bad-pr') });
+  const pr = githubPullRequest('opened', { repo: REPO, number: 5, headSha: sha('bad-pr') });
   const send = (forge: 'github' | 'gitea', event: string) => (body: unknown) =>
     sendWebhook(stack, forge, event, body, {
       secret: project.secret,
@@ -457,7 +455,7 @@ test('numbers past a 32-bit integer in a query or a webhook answer 400, never 50
           stack,
           'github',
           'pull_request',
-          githubPullRequest(REPO, { number: 1e12, action: 'opened', headSha: commit }),
+          githubPullRequest('opened', { repo: REPO, number: 1e12, headSha: commit }),
           { secret: project.secret },
         ),
       [400],

@@ -21,21 +21,16 @@ import {
   githubPushNullHeadCommit,
 } from '../forge/fixtures/github.ts';
 import type { TestStack } from '../helpers/stack.ts';
+import { assertBadRequest, assertError, assertUnauthorized } from './assertions.ts';
 import {
-  assertBadRequest,
-  assertError,
-  assertUnauthorized,
   countRows,
   deliverRunning,
-  type Forge,
-  pipeline,
   type Reply,
   sendWebhook,
-  sha,
   startE2E,
   waitForJob,
-  ZERO_SHA,
-} from './support.ts';
+} from './calls.ts';
+import { type Forge, pipeline, sha, ZERO_SHA } from './payloads.ts';
 
 const { fake, stack, projects } = await startE2E(import.meta.filename, {
   projects: {

@@ -1,23 +1,33 @@
 // A fake forge for end-to-end tests: a real HTTP server on loopback that serves
 // `.conductor.yml` per commit the way GitHub's contents API and Gitea's raw file
-// API do, records every request for assertions, and can be told to fail.
+// API do, answers Gitea's permission API, records every request for
+// assertions, and can be told to fail. With `{ statuses: true }` it also takes
+// commit statuses.
 //
-//   GitHub  GET /repos/{owner}/{repo}/contents/{path}?ref={sha}
-//           raw bytes for `Accept: application/vnd.github.raw(+json)`, else the
-//           JSON object with the content in base64, as GitHub answers it
-//   Gitea   GET /api/v1/repos/{owner}/{repo}/raw/{path}?ref={sha}
-//           GET /api/v1/repos/{owner}/{repo}/collaborators/{login}/permission
+//   GitHub  GET  /repos/{owner}/{repo}/contents/{path}?ref={sha}
+//                raw bytes for `Accept: application/vnd.github.raw(+json)`, else the
+//                JSON object with the content in base64, as GitHub answers it
+//           POST /repos/{owner}/{repo}/statuses/{sha}              (statuses)
+//   Gitea   GET  /api/v1/repos/{owner}/{repo}/raw/{path}?ref={sha}
+//           GET  /api/v1/repos/{owner}/{repo}/collaborators/{login}/permission
+//           POST /api/v1/repos/{owner}/{repo}/statuses/{sha}       (statuses)
 //
 // A commit it was not given a file for answers 404 with the forge's own error body, and so
-// does a login it was not given a permission for.
+// does a login it was not given a permission for. A status post is answered 201 with the
+// created status, as both forges do; 422 for a body the forge would refuse (a state it does
+// not know, no context); 401 without an Authorization header. Status posts can be failed apart
+// from the file reads, and held unanswered until released, so a test can change state while a
+// post is in flight.
 import {
   createServer,
   type IncomingHttpHeaders,
+  type IncomingMessage,
   type Server,
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 export interface ForgeRequest {
   method: string;
@@ -40,7 +50,7 @@ export type Outage = number | 'reset';
 export interface FakeForge {
   /** `http://127.0.0.1:<port>`, no trailing slash: GitHub's API base and Gitea's forge_url. */
   url: string;
-  /** Every request, in order of arrival. */
+  /** Every request but the status posts, in order of arrival. */
   requests: ForgeRequest[];
   /** Serves `text` as `path` (default `.conductor.yml`) of `repo` at commit `sha`. */
   setFile(repo: string, sha: string, text: string, path?: string): void;
@@ -49,7 +59,7 @@ export interface FakeForge {
    * `admin`, `owner`, `none`) as 200, or a bare HTTP status (403, say).
    */
   setPermission(repo: string, login: string, answer: string | number): void;
-  /** Makes every request answer `outage` (500 unless given) until `up()`. */
+  /** Makes every request but the status posts answer `outage` (500 unless given) until `up()`. */
   down(outage?: Outage): void;
   up(): void;
   /** The requests that asked for anything at this commit (`ref=<sha>`). */
@@ -57,13 +67,77 @@ export interface FakeForge {
   close(): Promise<void>;
 }
 
+export interface StatusPost {
+  api: 'github' | 'gitea';
+  /** The path as sent, percent-decoded. */
+  path: string;
+  /** `owner/name` from the path. */
+  repo: string;
+  sha: string;
+  /** The Authorization header as sent, if any. */
+  authorization: string | undefined;
+  /** Lower-case names, as node:http gives them. */
+  headers: IncomingHttpHeaders;
+  /** The JSON body, or null when it was not JSON. */
+  // biome-ignore lint/suspicious/noExplicitAny: tests read the body field by field
+  body: any;
+  /** What the fake answered: a status, `reset` for a dropped connection, `held` while held. */
+  answered: number | 'reset' | 'held';
+  /** Arrival order among all status posts, from 1. */
+  seq: number;
+}
+
+export interface DownOptions {
+  /** Extra headers on the outage's answer (e.g. `x-ratelimit-remaining: 0`). */
+  headers?: Record<string, string>;
+  /** Also fail the pipeline file reads, not only statuses. */
+  files?: boolean;
+}
+
+/** The fake with the status API (`startFakeForge({ statuses: true })`). */
+export interface FakeStatusForge {
+  /** `http://127.0.0.1:<port>`: GitHub's API base and Gitea's forge_url. */
+  url: string;
+  /** The same fake as a file server: its reads, and an outage of the reads alone. */
+  files: FakeForge;
+  /** Every status post, in order of arrival. */
+  statuses: StatusPost[];
+  /** Serves `text` as `.conductor.yml` of `repo` at `sha`. */
+  setFile(repo: string, sha: string, text: string, path?: string): void;
+  /** Status posts for this commit, in order of arrival. */
+  statusesFor(sha: string): StatusPost[];
+  /** Status posts for this commit that the fake accepted (2xx), in order of arrival. */
+  acceptedFor(sha: string): StatusPost[];
+  /** Answers status posts with `outage` (500 unless given) until `up()`. */
+  down(outage?: Outage, opts?: DownOptions): void;
+  up(): void;
+  /** Leaves status posts unanswered until `release()`; they are then answered as the fake then is. */
+  hold(): void;
+  release(): void;
+  /** Polls until `count` status posts for `sha` have arrived (5 s at most); answers them. */
+  waitForStatuses(sha: string, count: number): Promise<StatusPost[]>;
+  close(): Promise<void>;
+}
+
 const GITHUB_FILE = /^\/repos\/([^/]+)\/([^/]+)\/contents\/(.+)$/;
 const GITEA_RAW = /^\/api\/v1\/repos\/([^/]+)\/([^/]+)\/raw\/(.+)$/;
 const GITEA_PERMISSION = /^\/api\/v1\/repos\/([^/]+)\/([^/]+)\/collaborators\/([^/]+)\/permission$/;
+const GITHUB_STATUS = /^\/repos\/([^/]+)\/([^/]+)\/statuses\/([^/]+)$/;
+const GITEA_STATUS = /^\/api\/v1\/repos\/([^/]+)\/([^/]+)\/statuses\/([^/]+)$/;
+const STATES = {
+  github: ['pending', 'success', 'failure', 'error'],
+  gitea: ['pending', 'success', 'failure', 'error', 'warning'],
+};
 
-function json(res: ServerResponse, status: number, body: unknown): number {
+function json(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): number {
   const text = JSON.stringify(body);
   res.writeHead(status, {
+    ...headers,
     'content-type': 'application/json; charset=utf-8',
     'content-length': String(Buffer.byteLength(text)),
   });
@@ -71,55 +145,67 @@ function json(res: ServerResponse, status: number, body: unknown): number {
   return status;
 }
 
+function decode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 /** Starts a fake forge on a free loopback port; it is closed when the test file ends. */
-export async function startFakeForge(): Promise<FakeForge> {
+export function startFakeForge(): Promise<FakeForge>;
+export function startFakeForge(opts: { statuses: true }): Promise<FakeStatusForge>;
+export async function startFakeForge(
+  opts: { statuses?: boolean } = {},
+): Promise<FakeForge | FakeStatusForge> {
   const files = new Map<string, string>();
   const key = (repo: string, sha: string, path: string) =>
     `${repo.toLowerCase()}@${sha.toLowerCase()}:${path}`;
   const requests: ForgeRequest[] = [];
   const permissions = new Map<string, string | number>();
   const who = (repo: string, login: string) => `${repo.toLowerCase()}:${login.toLowerCase()}`;
+  // The file API's outage (FakeForge.down), and the status API's (FakeStatusForge.down).
   let outage: Outage | null = null;
+  let statusOutage: { how: Outage; opts: DownOptions } | null = null;
+  const statuses: StatusPost[] = [];
+  let gate: { promise: Promise<void>; open: () => void } | null = null;
+  let nextId = 1;
 
-  const server: Server = createServer((req, res) => {
-    const url = new URL(req.url ?? '/', 'http://fake-forge');
-    let path: string;
-    try {
-      path = decodeURIComponent(url.pathname);
-    } catch {
-      path = url.pathname;
+  function answerOutage(res: ServerResponse, how: Outage, headers?: Record<string, string>) {
+    if (how === 'reset') {
+      res.socket?.destroy();
+      return 'reset' as const;
     }
+    return json(res, how, { message: 'Server Error' }, headers);
+  }
+
+  function serveFiles(req: IncomingMessage, res: ServerResponse, url: URL) {
     const query = Object.fromEntries(url.searchParams);
     const github = GITHUB_FILE.exec(url.pathname);
     const gitea = GITEA_RAW.exec(url.pathname);
     const match = github ?? gitea;
     const record: ForgeRequest = {
       method: req.method ?? 'GET',
-      path,
+      path: decode(url.pathname),
       query,
       headers: req.headers,
       api: github ? 'github' : gitea ? 'gitea' : null,
-      repo: match ? `${decodeURIComponent(match[1]!)}/${decodeURIComponent(match[2]!)}` : null,
+      repo: match ? `${decode(match[1]!)}/${decode(match[2]!)}` : null,
       answered: 0,
     };
     requests.push(record);
     // Drain the request body (there should be none) before answering.
     req.resume();
 
-    if (outage === 'reset') {
-      record.answered = 'reset';
-      req.socket.destroy();
-      return;
-    }
     if (outage !== null) {
-      record.answered = json(res, outage, { message: 'Server Error' });
+      record.answered = answerOutage(res, outage);
       return;
     }
     const asked = GITEA_PERMISSION.exec(url.pathname);
     if (req.method === 'GET' && asked) {
-      const login = decodeURIComponent(asked[3]!);
-      const repo = `${decodeURIComponent(asked[1]!)}/${decodeURIComponent(asked[2]!)}`;
-      const answer = permissions.get(who(repo, login));
+      const login = decode(asked[3]!);
+      const answer = permissions.get(who(`${decode(asked[1]!)}/${decode(asked[2]!)}`, login));
       record.answered =
         answer === undefined
           ? json(res, 404, { message: 'user does not exist', url: `${url.origin}/api/swagger` })
@@ -132,7 +218,7 @@ export async function startFakeForge(): Promise<FakeForge> {
       record.answered = json(res, 404, { message: 'Not Found' });
       return;
     }
-    const filePath = decodeURIComponent(match[3]!);
+    const filePath = decode(match[3]!);
     const ref = query.ref;
     const text = ref === undefined ? undefined : files.get(key(record.repo, ref, filePath));
 
@@ -184,6 +270,85 @@ export async function startFakeForge(): Promise<FakeForge> {
     });
     res.end(body);
     record.answered = 200;
+  }
+
+  async function takeStatus(
+    req: IncomingMessage,
+    res: ServerResponse,
+    api: 'github' | 'gitea',
+    match: RegExpExecArray,
+  ) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    let body: unknown = null;
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      body = null;
+    }
+    const record: StatusPost = {
+      api,
+      path: decode(new URL(req.url ?? '/', 'http://fake').pathname),
+      repo: `${decode(match[1]!)}/${decode(match[2]!)}`,
+      sha: decode(match[3]!),
+      authorization: req.headers.authorization,
+      headers: req.headers,
+      body,
+      answered: 'held',
+      seq: statuses.length + 1,
+    };
+    statuses.push(record);
+    if (gate) await gate.promise;
+
+    if (statusOutage) {
+      record.answered = answerOutage(res, statusOutage.how, statusOutage.opts.headers);
+      return;
+    }
+    if (!record.authorization) {
+      record.answered = json(res, 401, { message: 'Requires authentication' });
+      return;
+    }
+    const b = body as Record<string, unknown> | null;
+    if (
+      !b ||
+      typeof b.state !== 'string' ||
+      !STATES[api].includes(b.state) ||
+      (b.context !== undefined && typeof b.context !== 'string') ||
+      (b.description !== undefined && typeof b.description !== 'string')
+    ) {
+      record.answered = json(res, 422, { message: 'Validation Failed' });
+      return;
+    }
+    const now = new Date().toISOString();
+    record.answered = json(res, 201, {
+      id: nextId++,
+      state: b.state,
+      description: b.description ?? null,
+      target_url: b.target_url ?? null,
+      context: b.context ?? 'default',
+      created_at: now,
+      updated_at: now,
+    });
+  }
+
+  const server: Server = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://fake-forge');
+    if (opts.statuses) {
+      const github = GITHUB_STATUS.exec(url.pathname);
+      const gitea = GITEA_STATUS.exec(url.pathname);
+      if (req.method === 'POST' && (github || gitea)) {
+        takeStatus(req, res, gitea ? 'gitea' : 'github', (gitea ?? github)!).catch(() =>
+          res.socket?.destroy(),
+        );
+        return;
+      }
+      if (statusOutage?.opts.files) {
+        req.resume();
+        answerOutage(res, statusOutage.how, statusOutage.opts.headers);
+        return;
+      }
+    }
+    serveFiles(req, res, url);
   });
 
   await new Promise<void>((done, fail) => {
@@ -192,8 +357,18 @@ export async function startFakeForge(): Promise<FakeForge> {
   });
   const { port } = server.address() as AddressInfo;
   let closed = false;
+  const close = () => {
+    if (closed) return Promise.resolve();
+    closed = true;
+    gate?.open();
+    return new Promise<void>((done) => {
+      server.closeAllConnections();
+      server.close(() => done());
+    });
+  };
+  const url = `http://127.0.0.1:${port}`;
   const fake: FakeForge = {
-    url: `http://127.0.0.1:${port}`,
+    url,
     requests,
     setFile(repo, sha, text, path = '.conductor.yml') {
       files.set(key(repo, sha, path), text);
@@ -210,15 +385,58 @@ export async function startFakeForge(): Promise<FakeForge> {
     requestsFor(sha) {
       return requests.filter((r) => r.query.ref?.toLowerCase() === sha.toLowerCase());
     },
-    close() {
-      if (closed) return Promise.resolve();
-      closed = true;
-      return new Promise<void>((done) => {
-        server.closeAllConnections();
-        server.close(() => done());
-      });
-    },
+    close,
   };
-  after(() => fake.close());
-  return fake;
+  after(close);
+  if (!opts.statuses) return fake;
+
+  const withStatuses: FakeStatusForge = {
+    url,
+    files: fake,
+    statuses,
+    setFile: fake.setFile,
+    statusesFor(sha) {
+      return statuses.filter((s) => s.sha.toLowerCase() === sha.toLowerCase());
+    },
+    acceptedFor(sha) {
+      return withStatuses
+        .statusesFor(sha)
+        .filter((s) => typeof s.answered === 'number' && s.answered < 300);
+    },
+    down(how = 500, downOpts = {}) {
+      statusOutage = { how, opts: downOpts };
+    },
+    up() {
+      statusOutage = null;
+    },
+    hold() {
+      if (gate) return;
+      let open = () => {};
+      const promise = new Promise<void>((done) => {
+        open = done;
+      });
+      gate = { promise, open };
+    },
+    release() {
+      gate?.open();
+      gate = null;
+    },
+    async waitForStatuses(sha, count) {
+      const deadline = Date.now() + 5_000;
+      for (;;) {
+        const seen = withStatuses.statusesFor(sha);
+        if (seen.length >= count) return seen;
+        if (Date.now() > deadline) {
+          throw new Error(
+            `expected ${count} status posts for ${sha}, got ${seen.length}: ${JSON.stringify(
+              seen.map((s) => s.body),
+            )}`,
+          );
+        }
+        await sleep(10);
+      }
+    },
+    close,
+  };
+  return withStatuses;
 }

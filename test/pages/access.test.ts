@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
-import { claimTask, complete, createProject, createWorker, uploadLog } from '../e2e/support.ts';
+import { claimTask, complete, createProject, createWorker, uploadLog } from '../e2e/calls.ts';
 import { projectOn, pushSettled, statusStack } from '../statuses/support.ts';
 import { launchBrowser, newPage, signIn } from './support.ts';
 
@@ -143,7 +143,8 @@ test('task names, refs, errors and logs holding markup are shown as text, never 
     `version: 1\ndefaults:\n  labels: [evil]\ntasks:\n  x:\n    matrix:\n      v: [${JSON.stringify(EVIL)}]\n    script: [make]\n`,
   );
   const ref = `refs/heads/${EVIL.replace(/\s/g, '')}`;
-  const { sendWebhook, githubPush, waitForJob } = await import('../e2e/support.ts');
+  const { sendWebhook, waitForJob } = await import('../e2e/calls.ts');
+  const { githubPush } = await import('../forge/fixtures/github.ts');
   const hook = await sendWebhook(
     stack,
     'github',

@@ -3,7 +3,7 @@
 // masked secret in the log, rerun from the page, and screenshots of it all.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { claimTask, complete, getJob, putSecret, startE2E, uploadLog } from '../e2e/support.ts';
+import { claimTask, complete, getJob, putSecret, startE2E, uploadLog } from '../e2e/calls.ts';
 import { launchBrowser, newPage, runningJob, runTask, screenshot, signIn } from './support.ts';
 
 const REPO = 'acme/pages';

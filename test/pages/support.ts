@@ -14,12 +14,11 @@ import {
   createWorker,
   deliverRunning,
   type E2E,
-  githubPush,
   type Json,
-  pipeline,
-  sha,
   uploadLog,
-} from '../e2e/support.ts';
+} from '../e2e/calls.ts';
+import { pipeline, sha } from '../e2e/payloads.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
 import type { TestStack } from '../helpers/stack.ts';
 
 /** Where Debian's package puts Chromium; scripts/test.ts leaves these files out without it. */

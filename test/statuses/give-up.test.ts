@@ -3,7 +3,7 @@
 // given up at once; rate limits and timeouts are retried.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { sha } from '../e2e/support.ts';
+import { sha } from '../e2e/payloads.ts';
 import {
   adminCall,
   makeProject,

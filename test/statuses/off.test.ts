@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
-import { sha, waitForJob } from '../e2e/support.ts';
+import { waitForJob } from '../e2e/calls.ts';
+import { sha } from '../e2e/payloads.ts';
 import {
   adminCall,
   makeProject,

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/app/sweep.ts';
-import { sha } from '../e2e/support.ts';
+import { sha } from '../e2e/payloads.ts';
 import {
   adminCall,
   compileFailed,

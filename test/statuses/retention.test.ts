@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/app/sweep.ts';
 import { purgeExpired } from '../../lib/scheduler/index.ts';
-import { claimTask, complete, sha, uploadLog, waitForJob } from '../e2e/support.ts';
+import { claimTask, complete, uploadLog, waitForJob } from '../e2e/calls.ts';
+import { sha } from '../e2e/payloads.ts';
 import {
   adminCall,
   compileFailed,

@@ -15,8 +15,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { runSweep } from '../../lib/app/sweep.ts';
 import { verifyJobLink } from '../../lib/pages/access.ts';
-import { claimTask, complete, type Forge, sha } from '../e2e/support.ts';
-import type { FakeStatusForge, StatusPost } from '../helpers/fake-status-forge.ts';
+import { claimTask, complete } from '../e2e/calls.ts';
+import { type Forge, sha } from '../e2e/payloads.ts';
+import type { FakeStatusForge, StatusPost } from '../helpers/fake-forge.ts';
 import type { TestStack } from '../helpers/stack.ts';
 import {
   adminCall,

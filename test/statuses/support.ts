@@ -8,20 +8,19 @@ import {
   complete,
   createProject,
   createWorker,
-  type Forge,
-  giteaPush,
-  githubPush,
   type Json,
   sendWebhook,
-  sha,
-} from '../e2e/support.ts';
+} from '../e2e/calls.ts';
+import { type Forge, sha } from '../e2e/payloads.ts';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
 import {
   type DownOptions,
   type FakeStatusForge,
   type Outage,
   type StatusPost,
-  startFakeStatusForge,
-} from '../helpers/fake-status-forge.ts';
+  startFakeForge,
+} from '../helpers/fake-forge.ts';
 import { type TestStack, testStack } from '../helpers/stack.ts';
 
 /** A pipeline of one task, `check`. */
@@ -43,7 +42,7 @@ export async function statusStack(
   file: string,
   env: Record<string, string> = {},
 ): Promise<{ fake: FakeStatusForge; stack: TestStack }> {
-  const fake = await startFakeStatusForge();
+  const fake = await startFakeForge({ statuses: true });
   const stack = await testStack(file, { CONDUCTOR_GITHUB_API_URL: fake.url, ...env });
   return { fake, stack };
 }
