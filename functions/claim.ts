@@ -3,6 +3,11 @@ import { claimForToken } from '../lib/assignment.ts';
 import { requireWorker, workerTokenHash } from '../lib/auth.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, jsonBody, type Reply } from '../lib/http/index.ts';
+import { KnownClaimers } from '../lib/idle/claimers.ts';
+
+// Claims the database accepted in this container: only those are answered
+// from a closed idle gate (lib/idle/claimers.ts).
+const known = new KnownClaimers();
 
 export const ClaimSchema = z.strictObject({
   labels: z.array(z.string().min(1).max(63)).max(50).optional(),
@@ -20,6 +25,10 @@ async function main(event: HttpEvent): Promise<Reply> {
     await requireWorker(ctx.pool, event);
     throw err;
   }
+  // A closed idle gate: no job is open, so nothing is claimable, and the
+  // database (perhaps paused) is not woken to say so.
+  const key = KnownClaimers.key(tokenHash, labels);
+  if (ctx.gate && known.has(key) && !(await ctx.gate.mayHaveWork())) return { status: 204 };
   // The token check and the claim are one statement (one round trip).
   const task = await claimForToken(
     ctx.pool,
@@ -28,6 +37,7 @@ async function main(event: HttpEvent): Promise<Reply> {
     labels,
     ctx.config.CONDUCTOR_LEASE_S,
   );
+  known.remember(key);
   return task ? { status: 200, body: { task } } : { status: 204 };
 }
 

@@ -6,6 +6,7 @@
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
 import { compileJob } from './compile.ts';
 import type { AppContext } from './context.ts';
+import { openGate } from './idle/gate.ts';
 import { log } from './log.ts';
 import type { PipelineCompiler } from './pipeline/index.ts';
 import { compileInWorker } from './pipeline/worker.ts';
@@ -68,6 +69,9 @@ function dispatcherOf(ctx: AppContext): (jobId: string) => Promise<void> {
  * compile of a job left pending again.
  */
 export async function dispatchCompile(ctx: AppContext, jobId: string): Promise<void> {
+  // Every new, approved or rerun job passes here after its commit: the idle
+  // gate opens before anything can wait on it (lib/idle/gate.ts).
+  await openGate(ctx.gate);
   try {
     await dispatcherOf(ctx)(jobId);
   } catch (err) {
