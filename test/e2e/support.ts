@@ -477,14 +477,15 @@ export async function getJob(stack: TestStack, jobId: string): Promise<Record<st
 
 /**
  * Polls GET /v1/jobs/{id} until `until` holds (default: the job left
- * `pending`), for at most 5 s; the compile runs after the webhook answered.
+ * `pending`), for at most 30 s (a deadline for a loaded machine, not a speed
+ * claim); the compile runs after the webhook answered.
  */
 export async function waitForJob(
   stack: TestStack,
   jobId: string,
   until: (view: Record<string, Json>) => boolean = (v) => v.job.state !== 'pending',
 ): Promise<Record<string, Json>> {
-  const deadline = Date.now() + 5_000;
+  const deadline = Date.now() + 30_000;
   for (;;) {
     const view = await getJob(stack, jobId);
     if (until(view)) return view;

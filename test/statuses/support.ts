@@ -219,9 +219,9 @@ export async function outbox(stack: TestStack, jobId: string): Promise<OutboxRow
   return rows;
 }
 
-/** Polls until `check` holds (5 s at most). */
+/** Polls until `check` holds (30 s at most: a deadline for a loaded machine, not a speed claim). */
 export async function waitUntil(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 5_000;
+  const deadline = Date.now() + 30_000;
   while (!(await check())) {
     if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
     await sleep(10);
