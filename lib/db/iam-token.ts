@@ -4,7 +4,7 @@
 // for service rds-db, as @aws-sdk/rds-signer makes it; written out here
 // because the signer package would bring the SDK's credential chain along,
 // and the functions already have their credentials in the environment.
-import { createHash, createHmac } from 'node:crypto';
+import { amzDate, credentialsFromEnv, sha256Hex, signature, uriEncode } from '../aws-sign.ts';
 
 export interface IamTokenOptions {
   host: string;
@@ -20,23 +20,9 @@ export interface IamTokenOptions {
 
 const EXPIRES_S = 900;
 
-// RFC 3986 unreserved characters stay, everything else is %XX (SigV4's rule).
-const encode = (s: string) =>
-  encodeURIComponent(s).replace(
-    /[!'()*]/g,
-    (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
-  );
-const sha256 = (s: string) => createHash('sha256').update(s, 'utf8').digest('hex');
-const hmac = (key: Buffer | string, s: string) =>
-  createHmac('sha256', key).update(s, 'utf8').digest();
-
 /** The token to send as the password of `user` at `host:port`. */
 export function rdsIamToken(o: IamTokenOptions): string {
-  const iso = (o.date ?? new Date())
-    .toISOString()
-    .replace(/[-:]/g, '')
-    .replace(/\.\d{3}/, '');
-  const day = iso.slice(0, 8);
+  const { iso, day } = amzDate(o.date ?? new Date());
   const scope = `${day}/${o.region}/rds-db/aws4_request`;
   const params: Record<string, string> = {
     Action: 'connect',
@@ -50,15 +36,12 @@ export function rdsIamToken(o: IamTokenOptions): string {
   };
   const query = Object.keys(params)
     .sort()
-    .map((k) => `${encode(k)}=${encode(params[k]!)}`)
+    .map((k) => `${uriEncode(k)}=${uriEncode(params[k]!)}`)
     .join('&');
   const hostHeader = `${o.host}:${o.port}`;
-  const request = ['GET', '/', query, `host:${hostHeader}`, '', 'host', sha256('')].join('\n');
-  const toSign = ['AWS4-HMAC-SHA256', iso, scope, sha256(request)].join('\n');
-  let key = hmac(`AWS4${o.secretAccessKey}`, day);
-  for (const part of [o.region, 'rds-db', 'aws4_request']) key = hmac(key, part);
-  const signature = createHmac('sha256', key).update(toSign, 'utf8').digest('hex');
-  return `${hostHeader}/?${query}&X-Amz-Signature=${signature}`;
+  const request = ['GET', '/', query, `host:${hostHeader}`, '', 'host', sha256Hex('')].join('\n');
+  const sig = signature(o.secretAccessKey, day, o.region, 'rds-db', iso, request);
+  return `${hostHeader}/?${query}&X-Amz-Signature=${sig}`;
 }
 
 /** A token maker from a Lambda's environment (its role's credentials and region). */
@@ -66,17 +49,5 @@ export function iamPassword(
   target: { host: string; port: number; user: string },
   env: NodeJS.ProcessEnv = process.env,
 ): () => Promise<string> {
-  return async () => {
-    const { AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION } = env;
-    if (!AWS_ACCESS_KEY_ID || !AWS_SECRET_ACCESS_KEY || !AWS_REGION) {
-      throw new Error('IAM database authentication needs AWS credentials and AWS_REGION');
-    }
-    return rdsIamToken({
-      ...target,
-      region: AWS_REGION,
-      accessKeyId: AWS_ACCESS_KEY_ID,
-      secretAccessKey: AWS_SECRET_ACCESS_KEY,
-      sessionToken: AWS_SESSION_TOKEN,
-    });
-  };
+  return async () => rdsIamToken({ ...target, ...credentialsFromEnv(env) });
 }
