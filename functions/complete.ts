@@ -1,11 +1,10 @@
 import { z } from 'zod';
 import { requireWorker, workerTokenHash, workerTokenRequired } from '../lib/auth.ts';
-import { type AppContext, getContext } from '../lib/context.ts';
+import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
-import { maskSecrets, taskSecretValues, WITHHELD_ERROR } from '../lib/logs.ts';
+import { maskReport } from '../lib/logs.ts';
 import { completeSuccessByToken, completeTask } from '../lib/scheduler/index.ts';
-import { SecretDecryptError } from '../lib/secrets.ts';
 import { deliverJobStatus } from '../lib/statuses.ts';
 
 export const CompleteSchema = z.strictObject({
@@ -22,21 +21,6 @@ export const CompleteSchema = z.strictObject({
   error: z.string().max(10_000).nullable().optional(),
 });
 
-/**
- * The error is shown in the job view: secrets are masked in it as in the log.
- * When the secrets cannot be opened (a key dropped from the keyring) the
- * outcome is still recorded, and the error is withheld rather than stored as
- * sent: blocking the outcome would strand the task until its lease expired.
- */
-async function maskedError(ctx: AppContext, taskId: string, error: string): Promise<string> {
-  try {
-    return maskSecrets(error, await taskSecretValues(ctx.pool, ctx.keyring, taskId));
-  } catch (err) {
-    if (err instanceof SecretDecryptError) return WITHHELD_ERROR;
-    throw err;
-  }
-}
-
 /** POST /v1/runner/tasks/{id}/complete */
 async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
@@ -51,6 +35,18 @@ async function main(event: HttpEvent): Promise<Reply> {
     await requireWorker(ctx.pool, event);
     throw err;
   }
+  // Outputs and the error are shown in the job view and outputs are handed to
+  // the tasks that need them: undeclared or oversized outputs are refused and
+  // secret values masked, before either way of recording the outcome. A
+  // completion with neither (most of them) skips this read, and a success
+  // stays one round trip.
+  const report = await maskReport(
+    ctx.pool,
+    ctx.keyring,
+    taskId,
+    { outputs: body.outputs ?? {}, error: body.error ?? null },
+    () => requireWorker(ctx.pool, event),
+  );
   const successFirst = body.outcome === 'success' && !body.error;
   let workerId: string;
   if (successFirst) {
@@ -59,7 +55,7 @@ async function main(event: HttpEvent): Promise<Reply> {
       taskId,
       leaseId: body.lease_id,
       exitCode: body.exit_code ?? null,
-      outputs: body.outputs ?? {},
+      outputs: report.outputs,
       transient: body.transient ?? false,
     });
     if (!fast.workerId) throw workerTokenRequired();
@@ -82,9 +78,9 @@ async function main(event: HttpEvent): Promise<Reply> {
       leaseId: body.lease_id,
       outcome: body.outcome,
       exitCode: body.exit_code ?? null,
-      outputs: body.outputs ?? {},
+      outputs: report.outputs,
       transient: body.transient ?? false,
-      error: body.error ? await maskedError(ctx, taskId, body.error) : null,
+      error: report.error || null,
     },
     { successTried: successFirst },
   );

@@ -58,6 +58,22 @@ export const ConfigSchema = z.object({
   /** With the queue: how long a webhook waits for a database connection before queueing. */
   CONDUCTOR_WEBHOOK_DB_WAIT_MS: positiveInt(20_000).default(4_000),
   CONDUCTOR_LOG_MAX_BYTES: positiveInt(2 ** 40).default(64 * 1024 * 1024),
+  /** The most all attempts of all tasks of one job may log (docs/limits.md); at least 1 MiB. */
+  CONDUCTOR_JOB_LOG_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024 * 1024, 'must be at least 1048576 (1 MiB)')
+    .max(2 ** 50)
+    .default(256 * 1024 * 1024),
+  /**
+   * `1`: the control plane may call forges on loopback, private and link-local
+   * addresses (the tests' fake forges, a Gitea on this machine). Off, such a
+   * forge is refused after its name is resolved (lib/forge/client.ts).
+   */
+  CONDUCTOR_ALLOW_PRIVATE_FORGES: z
+    .enum(['0', '1'], { message: 'must be 0 or 1' })
+    .default('0')
+    .transform((v) => v === '1'),
   /** The public base URL of this Conductor; commit statuses link to <url>/jobs/<id>. */
   CONDUCTOR_PUBLIC_URL: z.string().url().optional(),
   /** A commit status still undelivered this long after it was written is given up. */

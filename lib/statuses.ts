@@ -6,7 +6,6 @@
 // state, and posting the same state twice is harmless to the forge.
 import type { AppContext } from './context.ts';
 import { type Pool, transaction } from './db/index.ts';
-import { openGate } from './idle/gate.ts';
 import {
   apiBase,
   callForge,
@@ -16,6 +15,7 @@ import {
   forgeHeaders,
   transportErrorText,
 } from './forge/client.ts';
+import { openGate } from './idle/gate.ts';
 import { log } from './log.ts';
 import { signJobLink } from './pages/access.ts';
 import { forgeToken, getProjectRow } from './projects.ts';

@@ -10,6 +10,7 @@ import { type Config, loadConfig } from '../config.ts';
 import { type AppContext, clearContext, setContext } from '../context.ts';
 import { createPool, migrate, type Pool, setPreparedStatements } from '../db/index.ts';
 import { inProcessDispatcher } from '../dispatch.ts';
+import { allowPrivateForges } from '../forge/client.ts';
 import { log } from '../log.ts';
 import { generateKey, parseKeyring } from '../secrets.ts';
 import { runSweep } from '../sweeper.ts';
@@ -92,6 +93,7 @@ export async function startLocalStack(
   }
 
   setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
+  allowPrivateForges(config.CONDUCTOR_ALLOW_PRIVATE_FORGES);
   const pool: Pool = createPool({ url: databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX }, (err) =>
     log('warn', 'idle database connection failed', { err }),
   );

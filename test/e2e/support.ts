@@ -363,6 +363,29 @@ export async function deliverRunning(
   return { hook, view };
 }
 
+/**
+ * Pushes `tasks` (every one labelled `label`, see pipeline()) to a GitHub
+ * project on a branch named after the label, and waits for the job to run;
+ * answers the job's id.
+ */
+export async function pushRunning(
+  e2e: { fake: FakeForge; stack: TestStack },
+  project: { repo: string; secret: string },
+  label: string,
+  tasks: string,
+): Promise<string> {
+  const commit = sha(label);
+  e2e.fake.setFile(project.repo, commit, pipeline(label, tasks));
+  const { hook } = await deliverRunning(
+    e2e.stack,
+    'github',
+    'push',
+    githubPush(project.repo, commit, { ref: `refs/heads/${label}` }),
+    project.secret,
+  );
+  return hook.body.job_id;
+}
+
 // ---------------------------------------------------------------- API calls
 
 export interface CreatedProject {
