@@ -91,8 +91,14 @@ const routes: Record<string, Route> = {
   }),
   'PUT /v1/projects/{id}/secrets/{name}': async (event, ctx) => {
     const { value } = jsonBody(event, SecretPutSchema);
-    await putSecret(ctx.pool, ctx.keyring, pathParam(event, 'id'), pathParam(event, 'name'), value);
-    return { status: 204 };
+    const { warning } = await putSecret(
+      ctx.pool,
+      ctx.keyring,
+      pathParam(event, 'id'),
+      pathParam(event, 'name'),
+      value,
+    );
+    return { status: 204, ...(warning ? { headers: { 'x-conductor-warning': warning } } : {}) };
   },
   'DELETE /v1/projects/{id}/secrets/{name}': async (event, ctx) => {
     await deleteSecret(ctx.pool, pathParam(event, 'id'), pathParam(event, 'name'));

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { claimForToken } from '../lib/app/claim.ts';
+import { claimForRunner } from '../lib/app/claim.ts';
 import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
 import { workerTokenHash } from '../lib/http/auth.ts';
@@ -22,13 +22,7 @@ async function main(event: HttpEvent): Promise<Reply> {
     throw err;
   }
   // The token check and the claim are one statement (one round trip).
-  const task = await claimForToken(
-    ctx.pool,
-    ctx.keyring,
-    tokenHash,
-    labels,
-    ctx.config.CONDUCTOR_LEASE_S,
-  );
+  const task = await claimForRunner(ctx, tokenHash, labels);
   return task ? { status: 200, body: { task } } : { status: 204 };
 }
 

@@ -24,6 +24,7 @@ async function main(event: HttpEvent): Promise<Reply> {
     offset: chunk.offset,
     data: chunk.data,
     maxBytes: ctx.config.CONDUCTOR_LOG_MAX_BYTES,
+    jobMaxBytes: ctx.config.CONDUCTOR_JOB_LOG_MAX_BYTES,
   });
   return { status: 200, body: result };
 }

@@ -1,7 +1,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { runSweep } from '../lib/app/sweep.ts';
+import { DAILY_EVENT, scheduledSweep } from '../lib/app/sweep.ts';
 import { getContext } from '../lib/context.ts';
 import { logger } from '../lib/log.ts';
 
@@ -10,11 +10,16 @@ import { logger } from '../lib/log.ts';
 // after 2 s, a statement after 5 s).
 const MARGIN_MS = 10_000;
 
-/** The EventBridge schedule (or any event): one sweep within the Lambda's time, answering its counts. */
-async function main(_event: unknown, context?: Partial<Context>) {
+/**
+ * The EventBridge schedule (or any event): one scheduled sweep within the
+ * Lambda's time (lib/app/sweep.ts); the daily event sweeps whatever the idle
+ * gate says.
+ */
+async function main(event: unknown, context?: Partial<Context>) {
   const remaining = context?.getRemainingTimeInMillis?.();
   const deadline = remaining === undefined ? undefined : Date.now() + remaining - MARGIN_MS;
-  return runSweep(await getContext(), { deadline });
+  const daily = (event as { conductor?: unknown } | null)?.conductor === DAILY_EVENT.conductor;
+  return scheduledSweep(await getContext(), { deadline, daily });
 }
 
 // No early timeout: the sweep keeps its own deadline, and a compile that runs

@@ -38,9 +38,42 @@ export const ConfigSchema = z.object({
   /** Deployed: the host to connect to (RDS Proxy's endpoint), overriding the secret's. */
   CONDUCTOR_DB_HOST: z.string().min(1).optional(),
   CONDUCTOR_DB_NAME: z.string().min(1).optional(),
-  /** Deployed: a Secrets Manager secret holding {"admin_token", "secret_key"}. */
+  CONDUCTOR_DB_PORT: z.coerce.number().int().min(1).max(65535).default(5432),
+  /** Deployed: sign in as this role with an IAM token (RDS IAM authentication), not a password. */
+  CONDUCTOR_DB_IAM_USER: z.string().min(1).optional(),
+  /** Deployed: how the connection checks the server's certificate. */
+  CONDUCTOR_DB_TLS: z.enum(['verify-full', 'no-verify']).default('no-verify'),
+  /** Deployed: a Secrets Manager secret holding {"admin_token"} (and, before #17, "secret_key"). */
   CONDUCTOR_APP_SECRET_ARN: z.string().min(1).optional(),
+  /** Deployed: a Secrets Manager secret whose value is the sealing key itself. */
+  CONDUCTOR_SECRET_KEY_ARN: z.string().min(1).optional(),
+  /** How long a connect may wait (a paused Aurora takes 15 to 30 s to resume). */
+  CONDUCTOR_DB_CONNECT_TIMEOUT_MS: positiveInt(300_000).default(20_000),
+  /** Deployed: the S3 bucket of the idle gate's marker (and of queued webhook deliveries). */
+  CONDUCTOR_GATE_BUCKET: z.string().min(1).optional(),
+  /** How long a claim container trusts what it last read of the gate. */
+  CONDUCTOR_GATE_CACHE_MS: positiveInt(600_000).default(5_000),
+  /** Deployed: the SQS queue a webhook delivery goes to when the database does not answer in time. */
+  CONDUCTOR_WEBHOOK_QUEUE_URL: z.string().url().optional(),
+  /** With the queue: how long a webhook waits for a database connection before queueing. */
+  CONDUCTOR_WEBHOOK_DB_WAIT_MS: positiveInt(20_000).default(4_000),
   CONDUCTOR_LOG_MAX_BYTES: positiveInt(2 ** 40).default(64 * 1024 * 1024),
+  /** The most all attempts of all tasks of one job may log (docs/limits.md); at least 1 MiB. */
+  CONDUCTOR_JOB_LOG_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024 * 1024, 'must be at least 1048576 (1 MiB)')
+    .max(2 ** 50)
+    .default(256 * 1024 * 1024),
+  /**
+   * `1`: the control plane may call forges on loopback, private and link-local
+   * addresses (the tests' fake forges, a Gitea on this machine). Off, such a
+   * forge is refused after its name is resolved (lib/forge/client.ts).
+   */
+  CONDUCTOR_ALLOW_PRIVATE_FORGES: z
+    .enum(['0', '1'], { message: 'must be 0 or 1' })
+    .default('0')
+    .transform((v) => v === '1'),
   /** The public base URL of this Conductor; commit statuses link to <url>/jobs/<id>. */
   CONDUCTOR_PUBLIC_URL: z.string().url().optional(),
   /** A commit status still undelivered this long after it was written is given up. */

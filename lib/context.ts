@@ -5,7 +5,10 @@
 // Nothing here imports the Lambda client or the compiler: the functions that
 // do not dispatch compiles stay small (see lib/app/dispatch.ts).
 import { type Config, ConfigError, loadConfig } from './config.ts';
+import { iamPassword } from './db/iam-token.ts';
 import { createPool, type Pool, setPreparedStatements } from './db/index.ts';
+import { allowPrivateForges } from './forge/client.ts';
+import { IdleGate } from './idle/gate.ts';
 import { log } from './log.ts';
 import { type Keyring, parseKeyring } from './secrets.ts';
 
@@ -16,6 +19,8 @@ export interface AppContext {
   adminToken: string;
   /** How to start a compile; unset: lib/app/dispatch.ts decides from the configuration. */
   dispatchCompile?: (jobId: string) => Promise<void>;
+  /** The idle gate (lib/idle/gate.ts); unset: no gate, claims and sweeps always look. */
+  gate?: IdleGate;
 }
 
 let current: Promise<AppContext> | undefined;
@@ -47,6 +52,7 @@ export function getContext(): Promise<AppContext> {
 export async function readSecret(
   arn: string,
   env: NodeJS.ProcessEnv = process.env,
+  opts: { raw?: boolean } = {},
 ): Promise<unknown> {
   const port = env.PARAMETERS_SECRETS_EXTENSION_HTTP_PORT ?? '2773';
   const res = await fetch(
@@ -59,18 +65,39 @@ export async function readSecret(
   if (!res.ok) throw new Error(`reading secret ${arn} failed: HTTP ${res.status}`);
   const body = (await res.json()) as { SecretString?: string };
   if (!body.SecretString) throw new Error(`secret ${arn} has no string value`);
-  return JSON.parse(body.SecretString);
+  return opts.raw ? body.SecretString : JSON.parse(body.SecretString);
 }
 
 interface Credentials {
   databaseUrl: string;
-  adminToken: string;
-  secretKey: string;
+  /** A password made at each connect (IAM database authentication), instead of the URL's. */
+  password?: () => Promise<string>;
+  adminToken?: string;
+  secretKey?: string;
+}
+
+/** Reads a secret whose value is a plain string, not JSON (the sealing key's). */
+async function readRawSecret(arn: string, env: NodeJS.ProcessEnv): Promise<string> {
+  const value = await readSecret(arn, env, { raw: true });
+  return String(value);
 }
 
 async function credentials(config: Config, env: NodeJS.ProcessEnv): Promise<Credentials> {
   let databaseUrl = config.DATABASE_URL;
-  if (!databaseUrl && config.CONDUCTOR_DB_SECRET_ARN) {
+  let password: Credentials['password'];
+  // TLS verified against the RDS certificate authorities (the Lambda runtime
+  // ships them; the stack points NODE_EXTRA_CA_CERTS at them), or, when told
+  // so, without checking the chain.
+  const sslmode = config.CONDUCTOR_DB_TLS;
+  if (!databaseUrl && config.CONDUCTOR_DB_IAM_USER && config.CONDUCTOR_DB_HOST) {
+    // The application's role signs in with a token from the function's own
+    // IAM role: no password exists to leak, and it cannot change the schema.
+    const user = config.CONDUCTOR_DB_IAM_USER;
+    const host = config.CONDUCTOR_DB_HOST;
+    const port = config.CONDUCTOR_DB_PORT;
+    databaseUrl = `postgres://${encodeURIComponent(user)}@${host}:${port}/${encodeURIComponent(config.CONDUCTOR_DB_NAME ?? 'postgres')}?sslmode=${sslmode}`;
+    password = iamPassword({ host, port, user }, env);
+  } else if (!databaseUrl && config.CONDUCTOR_DB_SECRET_ARN) {
     const db = (await readSecret(config.CONDUCTOR_DB_SECRET_ARN, env)) as {
       username: string;
       password: string;
@@ -80,12 +107,13 @@ async function credentials(config: Config, env: NodeJS.ProcessEnv): Promise<Cred
     };
     const host = config.CONDUCTOR_DB_HOST ?? db.host;
     const name = config.CONDUCTOR_DB_NAME ?? db.dbname ?? 'postgres';
-    // TLS without verifying the certificate chain: the connection stays inside
-    // the VPC, and the RDS CA bundle is not shipped in the function.
-    databaseUrl = `postgres://${encodeURIComponent(db.username)}:${encodeURIComponent(db.password)}@${host}:${db.port ?? 5432}/${encodeURIComponent(name)}?sslmode=no-verify`;
+    databaseUrl = `postgres://${encodeURIComponent(db.username)}:${encodeURIComponent(db.password)}@${host}:${db.port ?? 5432}/${encodeURIComponent(name)}?sslmode=${sslmode}`;
   }
   let adminToken = config.CONDUCTOR_ADMIN_TOKEN;
   let secretKey = config.CONDUCTOR_SECRET_KEY;
+  if (!secretKey && config.CONDUCTOR_SECRET_KEY_ARN) {
+    secretKey = (await readRawSecret(config.CONDUCTOR_SECRET_KEY_ARN, env)).trim();
+  }
   if ((!adminToken || !secretKey) && config.CONDUCTOR_APP_SECRET_ARN) {
     const app = (await readSecret(config.CONDUCTOR_APP_SECRET_ARN, env)) as {
       admin_token?: string;
@@ -99,17 +127,40 @@ async function credentials(config: Config, env: NodeJS.ProcessEnv): Promise<Cred
       'DATABASE_URL or CONDUCTOR_DB_SECRET_ARN: required outside the local stack',
     );
   }
-  if (!secretKey) {
-    throw new ConfigError(
-      'CONDUCTOR_SECRET_KEY or CONDUCTOR_APP_SECRET_ARN: required outside the local stack',
-    );
+  return { databaseUrl, password, adminToken, secretKey };
+}
+
+// A deployed function is given only the secrets it uses (the heartbeat
+// neither key nor admin token, only the api the admin token): what it was not
+// given fails where it would be used, naming what is missing.
+const missing = (what: string) =>
+  new ConfigError(`${what}: required outside the local stack, and not given to this function`);
+
+function unavailableKeyring(): Keyring {
+  const fail = () => {
+    throw missing('CONDUCTOR_SECRET_KEY or CONDUCTOR_SECRET_KEY_ARN');
+  };
+  return {
+    get primaryId(): string {
+      return fail();
+    },
+    get keys(): ReadonlyMap<string, Buffer> {
+      return fail();
+    },
+  };
+}
+
+/**
+ * The idle gate the configuration names: S3 deployed, else none. `npm start`
+ * has none: its PostgreSQL never pauses, so there is nothing to save.
+ */
+export async function gateFromConfig(config: Config): Promise<IdleGate | undefined> {
+  const opts = { cacheMs: config.CONDUCTOR_GATE_CACHE_MS };
+  if (config.CONDUCTOR_GATE_BUCKET) {
+    const { S3GateStore } = await import('./idle/s3.ts');
+    return new IdleGate(new S3GateStore(config.CONDUCTOR_GATE_BUCKET), opts);
   }
-  if (!adminToken) {
-    throw new ConfigError(
-      'CONDUCTOR_ADMIN_TOKEN or CONDUCTOR_APP_SECRET_ARN: required outside the local stack',
-    );
-  }
-  return { databaseUrl, adminToken, secretKey };
+  return undefined;
 }
 
 /** Builds the context of a deployed function from its environment (and Secrets Manager). */
@@ -117,14 +168,29 @@ export async function contextFromEnv(env: NodeJS.ProcessEnv = process.env): Prom
   const config = loadConfig(env);
   const creds = await credentials(config, env);
   setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
+  allowPrivateForges(config.CONDUCTOR_ALLOW_PRIVATE_FORGES);
   const pool: Pool = createPool(
-    { url: creds.databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX },
+    {
+      url: creds.databaseUrl,
+      max: config.CONDUCTOR_DB_POOL_MAX,
+      connectTimeoutMs: config.CONDUCTOR_DB_CONNECT_TIMEOUT_MS,
+      ...(creds.password ? { password: creds.password } : {}),
+    },
     (err) => log('warn', 'idle database connection failed', { err }),
   );
-  return {
+  const ctx: AppContext = {
     config,
     pool,
-    keyring: parseKeyring(creds.secretKey),
-    adminToken: creds.adminToken,
+    keyring: creds.secretKey ? parseKeyring(creds.secretKey) : unavailableKeyring(),
+    adminToken: '',
+    gate: await gateFromConfig(config),
   };
+  const { adminToken } = creds;
+  Object.defineProperty(ctx, 'adminToken', {
+    get() {
+      if (!adminToken) throw missing('CONDUCTOR_ADMIN_TOKEN or CONDUCTOR_APP_SECRET_ARN');
+      return adminToken;
+    },
+  });
+  return ctx;
 }

@@ -181,7 +181,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       case 'secret set': {
         const project = required(values, 'project');
         const name = required(values, 'name');
-        await api(
+        const set = await api(
           'PUT',
           `/v1/projects/${encodeURIComponent(project)}/secrets/${encodeURIComponent(name)}`,
           {
@@ -189,6 +189,8 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           },
         );
         io.out(`secret ${name} set for ${project}`);
+        const warning = set.headers.get('x-conductor-warning');
+        if (warning) io.out(`warning: ${warning}`);
         return 0;
       }
       case 'secrets':

@@ -10,6 +10,7 @@ import { runSweep } from '../lib/app/sweep.ts';
 import { type Config, loadConfig } from '../lib/config.ts';
 import { type AppContext, clearContext, setContext } from '../lib/context.ts';
 import { createPool, migrate, type Pool, setPreparedStatements } from '../lib/db/index.ts';
+import { allowPrivateForges } from '../lib/forge/client.ts';
 import { newToken } from '../lib/http/auth.ts';
 import { log } from '../lib/log.ts';
 import { generateKey, parseKeyring } from '../lib/secrets.ts';
@@ -92,6 +93,7 @@ export async function startLocalStack(
   }
 
   setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
+  allowPrivateForges(config.CONDUCTOR_ALLOW_PRIVATE_FORGES);
   const pool: Pool = createPool({ url: databaseUrl, max: config.CONDUCTOR_DB_POOL_MAX }, (err) =>
     log('warn', 'idle database connection failed', { err }),
   );

@@ -2,6 +2,7 @@
 // offset it starts at. A chunk is only dropped once the control plane has
 // acknowledged it, and a retry starts at the same offset, so a retried upload
 // is stored once (the control plane keeps only the part past its size).
+import type { Masker } from '../lib/masking.ts';
 import { Backoff, pause } from './backoff.ts';
 import { ConnectionError, HttpStatusError } from './client.ts';
 
@@ -13,55 +14,14 @@ export interface LogStreamOptions {
   flushMs: number;
   /** Send as soon as this much is waiting, and never more in one chunk. */
   chunkBytes: number;
-  /** Values replaced by *** before anything is sent. */
-  masks: string[];
+  /** What is masked before anything is sent (lib/masking.ts, the control plane's rule). */
+  masker: Masker;
   /** Past this many bytes waiting, `write` answers false until the backlog halves. */
   maxBacklogBytes?: number;
   /** Called for every acknowledged chunk. */
   onSent?: (offset: number, data: string) => void;
   /** Called once when uploading stops for good before the end (a log limit, a lost task). */
   onStopped?: (reason: string) => void;
-}
-
-const MASK = '***';
-// Shorter values would mask common text everywhere; the control plane uses the same floor.
-const MIN_MASKED_LENGTH = 3;
-
-/** The strings to mask for these secret values: each value, and each line of a value that spans lines. */
-export function maskList(values: string[]): string[] {
-  const all = new Set<string>();
-  for (const value of values) {
-    all.add(value);
-    if (value.includes('\n')) {
-      for (const line of value.split('\n')) all.add(line.endsWith('\r') ? line.slice(0, -1) : line);
-    }
-  }
-  return [...all].filter((v) => v.length >= MIN_MASKED_LENGTH).sort((a, b) => b.length - a.length);
-}
-
-/** Replaces every occurrence of each of `masks` (longest first, as maskList sorts them) with ***. */
-export function maskText(text: string, masks: string[]): string {
-  let out = text;
-  for (const value of masks) if (out.includes(value)) out = out.split(value).join(MASK);
-  return out;
-}
-
-/**
- * How many characters at the end of `text` could be the start of one of
- * `masks`: held back, a secret is never sent in two pieces that no mask
- * would catch.
- */
-export function unsafeSuffixLength(text: string, masks: string[]): number {
-  let longest = 0;
-  for (const mask of masks) {
-    for (let j = Math.min(mask.length - 1, text.length); j > longest; j--) {
-      if (text.endsWith(mask.slice(0, j))) {
-        longest = j;
-        break;
-      }
-    }
-  }
-  return longest;
 }
 
 /**
@@ -195,10 +155,11 @@ export class LogStream {
         n = this.text.length;
       }
     }
-    // A partial line sent now could end with the start of a secret whose
-    // rest is still to come: keep that much back for the next time.
+    // A partial line sent now could end with the start of a secret (or of
+    // one of its encoded forms) whose rest is still to come: keep that much
+    // back for the next time, however many writes the secret comes in.
     if (!this.closing && n > 0 && this.text[n - 1] !== '\n') {
-      n -= unsafeSuffixLength(this.text.slice(0, n), this.opts.masks);
+      n -= this.opts.masker.unsafeSuffixLength(this.text.slice(0, n));
       // Never cut a surrogate pair.
       if (n > 0 && /[\uD800-\uDBFF]/.test(this.text[n - 1]!)) n--;
     }
@@ -206,7 +167,7 @@ export class LogStream {
     const taken = this.text.slice(0, n);
     this.text = this.text.slice(n);
     if (this.text === '') this.partialSince = undefined;
-    const bytes = Buffer.from(maskText(taken, this.opts.masks), 'utf8');
+    const bytes = Buffer.from(this.opts.masker.mask(taken), 'utf8');
     this.out = this.out.length ? Buffer.concat([this.out, bytes]) : bytes;
   }
 

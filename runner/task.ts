@@ -4,12 +4,13 @@
 import { mkdir, mkdtemp, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatDuration } from '../lib/duration.ts';
+import { Masker } from '../lib/masking.ts';
 import { Backoff } from './backoff.ts';
 import { HttpStatusError, type RunnerClient } from './client.ts';
 import type { Logger, RunnerEvent, TaskRef } from './events.ts';
 import type { Execution, Executor } from './executor.ts';
 import { basicCredential, CheckoutError, checkout, redactUrl } from './git.ts';
-import { LogStream, maskList, maskText } from './logstream.ts';
+import { LogStream } from './logstream.ts';
 import { OutputsError, parseOutputs } from './outputs.ts';
 import type { Exit } from './process.ts';
 import type { Completion, Outcome, Task } from './protocol.ts';
@@ -64,7 +65,7 @@ export class TaskRun {
   private execution: Execution | undefined;
   private readonly abort = new AbortController();
   private readonly logs: LogStream;
-  private readonly masks: string[];
+  private readonly masker: Masker;
   private readonly startedAt = Date.now();
   private leaseExpires = 0;
   private heartbeatTimer: NodeJS.Timeout | undefined;
@@ -79,7 +80,7 @@ export class TaskRun {
     claimServerTime: number | undefined,
   ) {
     this.ref = { task_id: task.id, job_id: task.job_id, name: task.name, attempt: task.attempt };
-    this.masks = maskList([
+    this.masker = new Masker([
       ...ctx.masks,
       ...Object.values(task.secrets),
       // The clone token, and the header git sends it in (should git print it).
@@ -91,7 +92,7 @@ export class TaskRun {
       {
         flushMs: ctx.logFlushMs,
         chunkBytes: ctx.logChunkBytes,
-        masks: this.masks,
+        masker: this.masker,
         onSent: (offset, data) => ctx.emit({ type: 'log-chunk', ...this.ref, offset, data }),
         onStopped: (reason) => ctx.log('warn', reason, { task_id: task.id }),
       },
@@ -150,8 +151,14 @@ export class TaskRun {
       if (this.stopReason) result = this.stoppedResult(this.stopReason, null) ?? result;
     }
     clearTimeout(this.timeoutTimer);
-    // An error can quote a script line or an output line, and so a secret.
-    if (result.error !== null) result.error = maskText(result.error, this.masks);
+    // An error can quote a script line or an output line, and so a secret;
+    // an output can hold one too (a URL with a token in it, say).
+    if (result.error !== null) result.error = this.masker.mask(result.error);
+    if (result.outputs) {
+      result.outputs = Object.fromEntries(
+        Object.entries(result.outputs).map(([name, value]) => [name, this.masker.mask(value)]),
+      );
+    }
 
     await this.logs.close(FINAL_FLUSH_MS);
     let answer: { state: string; job_state: string | null } | undefined;

@@ -4,7 +4,7 @@
 //   npm run test:unit                      every test/**/*.test.ts
 //   npm run test:unit -- test/db           only files under these paths
 import { spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join, relative } from 'node:path';
@@ -18,7 +18,17 @@ function findTests(path: string): string[] {
 }
 
 const roots = process.argv.slice(2);
-const files = (roots.length ? roots : ['test']).flatMap(findTests).map((f) => relative('.', f));
+const found = (roots.length ? roots : ['test']).flatMap(findTests).map((f) => relative('.', f));
+// The browser tests (*.browser.test.ts) drive Debian's Chromium; without it
+// they are left out of the run, and one line says so.
+const chromium = process.env.CONDUCTOR_CHROMIUM ?? '/usr/bin/chromium';
+const hasChromium = existsSync(chromium);
+const files = hasChromium ? found : found.filter((f) => !f.endsWith('.browser.test.ts'));
+if (files.length < found.length) {
+  console.log(
+    `# ${found.length - files.length} browser test files did not run: no Chromium at ${chromium} (install it: apt-get install chromium; or point CONDUCTOR_CHROMIUM at one)`,
+  );
+}
 if (files.length === 0) {
   console.error('no test files found');
   process.exit(1);

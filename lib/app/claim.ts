@@ -2,9 +2,11 @@
 // the outputs of the tasks it needs, and (for trusted jobs only) its secrets
 // and the clone token.
 
+import type { AppContext } from '../context.ts';
 import { type Pool, prepared, statement, TransactionConflictError } from '../db/index.ts';
 import { ValidationError } from '../errors.ts';
 import { workerTokenRequired } from '../http/auth.ts';
+import { KnownClaimers } from '../idle/claimers.ts';
 import { log } from '../log.ts';
 import { CLAIMED_COLUMNS, type ClaimedTask, releaseClaim } from '../scheduler/index.ts';
 import { followUpAfterCommit } from '../scheduler/progress.ts';
@@ -92,6 +94,34 @@ export async function claimForToken(
   if (!row.id) return null;
   const { auth_worker_id: _id, auth_worker_labels: _labels, ...task } = row;
   return assembleOrGiveBack(pool, keyring, task as ClaimedTask);
+}
+
+// Claims the database accepted in this container: only those are answered
+// from a closed idle gate (lib/idle/claimers.ts).
+const known = new KnownClaimers();
+
+/**
+ * The runner's claim: claimForToken under the configured lease, unless the
+ * idle gate is closed and this container has seen the database accept this
+ * token and labels before: no job is open, so nothing is claimable, and the
+ * database (perhaps paused) is not woken to say so.
+ */
+export async function claimForRunner(
+  ctx: AppContext,
+  tokenHash: Buffer,
+  labels: string[] | undefined,
+): Promise<Assignment | null> {
+  const key = KnownClaimers.key(tokenHash, labels);
+  if (ctx.gate && known.has(key) && !(await ctx.gate.mayHaveWork())) return null;
+  const task = await claimForToken(
+    ctx.pool,
+    ctx.keyring,
+    tokenHash,
+    labels,
+    ctx.config.CONDUCTOR_LEASE_S,
+  );
+  known.remember(key);
+  return task;
 }
 
 /** A claimed task's sealed value (a secret, the forge token) that cannot be opened. */

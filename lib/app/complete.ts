@@ -1,7 +1,7 @@
 // A runner's report that an attempt ended. Most reports are successes without
 // an error: the token check and the success are then one statement (the fast
 // path). Anything else, and a success the fast path could not record, takes
-// the general completion, with the error masked as the log is.
+// the general completion. Outputs and the error are checked and masked first.
 import type { AppContext } from '../context.ts';
 import { workerTokenRequired } from '../http/auth.ts';
 import {
@@ -10,28 +10,12 @@ import {
   completeSuccessByToken,
   completeTask,
 } from '../scheduler/index.ts';
-import { SecretDecryptError } from '../secrets.ts';
-import { maskSecrets, taskSecretValues, WITHHELD_ERROR } from './logs.ts';
+import { maskReport } from './logs.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { requireWorkerByHash } from './workers.ts';
 
 /** A completion as the runner reports it; the worker is the token's. */
 export type CompleteReport = Omit<Completion, 'workerId'>;
-
-/**
- * The error is shown in the job view: secrets are masked in it as in the log.
- * When the secrets cannot be opened (a key dropped from the keyring) the
- * outcome is still recorded, and the error is withheld rather than stored as
- * sent: blocking the outcome would strand the task until its lease expired.
- */
-async function maskedError(ctx: AppContext, taskId: string, error: string): Promise<string> {
-  try {
-    return maskSecrets(error, await taskSecretValues(ctx.pool, ctx.keyring, taskId));
-  } catch (err) {
-    if (err instanceof SecretDecryptError) return WITHHELD_ERROR;
-    throw err;
-  }
-}
 
 /**
  * Records the outcome of the attempt the worker whose token hashes to
@@ -41,9 +25,23 @@ async function maskedError(ctx: AppContext, taskId: string, error: string): Prom
 export async function completeForToken(
   ctx: AppContext,
   tokenHash: Buffer,
-  report: CompleteReport,
+  sent: CompleteReport,
 ): Promise<Pick<CompletionResult, 'state' | 'job_state'>> {
-  const successFirst = report.outcome === 'success' && !report.error;
+  // Outputs and the error are shown in the job view and outputs are handed to
+  // the tasks that need them: undeclared or oversized outputs are refused and
+  // secret values masked, before either way of recording the outcome. A
+  // completion with neither (most of them) skips this read, and a success
+  // stays one round trip. A bad token is a 401 even when the outputs are
+  // refused too.
+  const masked = await maskReport(
+    ctx.pool,
+    ctx.keyring,
+    sent.taskId,
+    { outputs: sent.outputs ?? {}, error: sent.error ?? null },
+    () => requireWorkerByHash(ctx.pool, tokenHash),
+  );
+  const report = { ...sent, outputs: masked.outputs, error: masked.error || null };
+  const successFirst = sent.outcome === 'success' && !sent.error;
   let workerId: string;
   if (successFirst) {
     // The common case: the token check and the success are one statement.
@@ -63,10 +61,9 @@ export async function completeForToken(
   } else {
     workerId = (await requireWorkerByHash(ctx.pool, tokenHash)).id;
   }
-  const error = report.error ? await maskedError(ctx, report.taskId, report.error) : null;
   const result = await completeTask(
     ctx.pool,
-    { ...report, workerId, error },
+    { ...report, workerId },
     { successTried: successFirst },
   );
   if (result.job_state) await deliverJobStatus(ctx, result.job_id);

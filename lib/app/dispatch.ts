@@ -5,6 +5,7 @@
 // Lambda client and the compiler stay out of the others' bundles.
 import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
 import type { AppContext } from '../context.ts';
+import { openGate } from '../idle/gate.ts';
 import { log } from '../log.ts';
 import type { PipelineCompiler } from '../pipeline/index.ts';
 import { compileInWorker } from '../pipeline/worker.ts';
@@ -64,6 +65,9 @@ function dispatcherOf(ctx: AppContext): (jobId: string) => Promise<void> {
  * compile of a job left pending again.
  */
 export async function dispatchCompile(ctx: AppContext, jobId: string): Promise<void> {
+  // Every new, approved or rerun job passes here after its commit: the idle
+  // gate opens before anything can wait on it (lib/idle/gate.ts).
+  await openGate(ctx.gate);
   try {
     await dispatcherOf(ctx)(jobId);
   } catch (err) {

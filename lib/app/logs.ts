@@ -1,25 +1,28 @@
 // Task logs, stored per attempt in chunks keyed by the byte offset the runner
-// counted, so a retried upload of a chunk is recognised and stored once, with
-// the task's secrets masked as they arrive. Reading them back is
+// counted, so a retried upload of a chunk is recognised and stored once; and
+// the masking of what a runner reports (log text, errors, outputs) with the
+// values its task was given (lib/masking.ts). Reading logs back is
 // lib/scheduler/task-log.ts.
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError } from '../errors.ts';
-import type { Keyring } from '../secrets.ts';
-import { forgeToken, getProjectRow, secretValues } from './projects.ts';
+import { Masker } from '../masking.ts';
+import { checkOutputs, type TaskOutputs } from '../scheduler/outputs.ts';
+import { decrypt, type Keyring, SecretDecryptError } from '../secrets.ts';
+import { forgeToken, sealContext } from './projects.ts';
 
 export const MAX_CHUNK_BYTES = 1024 * 1024;
-const MASK = '***';
-// Shorter values would mask common text ("1", "on") everywhere they appear.
-const MIN_MASKED_LENGTH = 3;
 
-/** Replaces every occurrence of each secret value with ***, longest values first. */
-export function maskSecrets(text: string, values: string[]): string {
-  let out = text;
-  const masked = values
-    .filter((v) => v.length >= MIN_MASKED_LENGTH)
-    .sort((a, b) => b.length - a.length);
-  for (const value of masked) out = out.split(value).join(MASK);
-  return out;
+const MiB = 1024 * 1024;
+
+/**
+ * The job's log quota is reserved in blocks of a 64th of it (at most 1 MiB)
+ * as each attempt's log grows: the job's counter row is then written once a
+ * block per attempt, not once a chunk, so the tasks of a job that log at once
+ * seldom wait for each other on it. The price: a job is refused up to one
+ * block per running attempt before its logs really reach the quota.
+ */
+export function logQuotaBlock(quota: number): number {
+  return Math.max(1, Math.min(MiB, Math.floor(quota / 64)));
 }
 
 export interface AppendLog {
@@ -30,6 +33,13 @@ export interface AppendLog {
   data: string;
   /** The most a task's attempt may log, in bytes. */
   maxBytes: number;
+  /** The most all attempts of all tasks of the task's job may log, in bytes. */
+  jobMaxBytes: number;
+}
+
+/** `268435456 bytes (256 MiB)`. */
+function bytesText(bytes: number): string {
+  return bytes % MiB === 0 ? `${bytes} bytes (${bytes / MiB} MiB)` : `${bytes} bytes`;
 }
 
 /**
@@ -37,7 +47,9 @@ export interface AppendLog {
  * count the bytes the runner sent (UTF-8). A chunk already stored (wholly
  * below the size) is accepted without storing it again; the part of a chunk
  * past the size is stored; an offset past the size is a conflict that carries
- * the size, so the runner can resend from there.
+ * the size, so the runner can resend from there. Past the attempt's limit or
+ * the job's quota the chunk is refused (413) and nothing else changes: the
+ * task runs on.
  */
 export async function appendLog(
   pool: Pool,
@@ -49,17 +61,17 @@ export async function appendLog(
     throw new PayloadTooLargeError(`a log chunk is at most ${MAX_CHUNK_BYTES} bytes`);
   }
   return transaction(pool, async (tx) => {
-    const { rows } = await tx.query<{
-      state: string;
-      lease_id: string | null;
-      worker_id: string | null;
-      attempt: number;
-      project_id: string;
-      trusted: boolean;
-      secrets: string[];
-    }>(
-      `select t.state, t.lease_id, t.worker_id, t.attempt, j.project_id, j.trusted, t.secrets
-         from tasks t join jobs j on j.id = t.job_id
+    const { rows } = await tx.query<
+      MaskSource & {
+        state: string;
+        lease_id: string | null;
+        worker_id: string | null;
+        attempt: number;
+        job_id: string;
+      }
+    >(
+      `select t.state, t.lease_id, t.worker_id, t.attempt, t.job_id, ${MASK_SOURCE}
+         from tasks t join jobs j on j.id = t.job_id join projects p on p.id = j.project_id
         where t.id = $1`,
       [input.taskId],
     );
@@ -81,7 +93,7 @@ export async function appendLog(
       'select log_size from task_attempts where task_id = $1 and attempt = $2 for update',
       [input.taskId, task.attempt],
     );
-    const size = attempt.rows[0]!.log_size;
+    const size = Number(attempt.rows[0]!.log_size);
     if (input.offset > size) {
       const err = new ConflictError(`offset ${input.offset} is past the log's size ${size}`);
       err.details = { size };
@@ -89,36 +101,17 @@ export async function appendLog(
     }
     if (input.offset + bytes.length <= size) return { size };
     const tail = bytes.subarray(size - input.offset);
-    if (size + tail.length > input.maxBytes) {
+    const newSize = size + tail.length;
+    if (newSize > input.maxBytes) {
       throw new PayloadTooLargeError(
-        `the log of this attempt reached its limit of ${input.maxBytes} bytes`,
+        `the log of this attempt reached its limit of ${bytesText(input.maxBytes)}`,
       );
     }
-    let text = tail.toString('utf8');
-    const values = await maskedValues(tx, keyring, task);
-    if (values.length > 0) {
-      // A value can be cut in two by where the runner's buffer filled, its
-      // start ending the previous chunk: mask the two together, and when that
-      // masks across the boundary, keep the result in the previous chunk.
-      const previous = await tx.query<{ byte_offset: number; data: Buffer }>(
-        `select byte_offset, data from log_chunks
-          where task_id = $1 and attempt = $2 and byte_offset < $3
-          order by byte_offset desc limit 1`,
-        [input.taskId, task.attempt, size],
-      );
-      const before = previous.rows[0];
-      const prevText = before ? before.data.toString('utf8') : '';
-      const joined = maskSecrets(prevText + text, values);
-      if (before && !joined.startsWith(prevText)) {
-        await tx.query(
-          'update log_chunks set data = $4 where task_id = $1 and attempt = $2 and byte_offset = $3',
-          [input.taskId, task.attempt, before.byte_offset, Buffer.from(joined, 'utf8')],
-        );
-        text = '';
-      } else {
-        text = joined.slice(prevText.length);
-      }
-    }
+    await reserveJobQuota(tx, task.job_id, size, newSize, input.jobMaxBytes);
+    const masker = openMasker(keyring, task);
+    const text = masker.empty
+      ? tail.toString('utf8')
+      : await maskAcrossChunks(tx, input.taskId, task.attempt, size, tail.toString('utf8'), masker);
     await tx.query(
       `insert into log_chunks (task_id, attempt, byte_offset, size, data) values ($1, $2, $3, $4, $5)`,
       [input.taskId, task.attempt, size, tail.length, Buffer.from(text, 'utf8')],
@@ -126,42 +119,183 @@ export async function appendLog(
     await tx.query('update task_attempts set log_size = $3 where task_id = $1 and attempt = $2', [
       input.taskId,
       task.attempt,
-      size + tail.length,
+      newSize,
     ]);
-    return { size: size + tail.length };
+    return { size: newSize };
   });
 }
 
 /**
- * The values to mask in what a task's runner reports: the secrets the task
- * lists and the project's forge token (the clone token), for trusted jobs; an
- * untrusted job is given neither, so has neither to leak.
+ * Reserves the blocks of the job's quota an attempt growing from `size` to
+ * `newSize` bytes needs, or refuses the chunk (413). Conditional in one
+ * statement: of two attempts that reserve at once, the second waits for the
+ * first's commit (at REPEATABLE READ it then fails with 40001 and the chunk is
+ * retried), so the counter never passes the quota.
  */
-async function maskedValues(
-  db: Queryable,
-  keyring: Keyring,
-  task: { project_id: string; trusted: boolean; secrets: string[] },
-): Promise<string[]> {
-  if (!task.trusted) return [];
-  const values = Object.values(await secretValues(db, keyring, task.project_id, task.secrets));
-  const project = await getProjectRow(db, task.project_id);
-  const token = project ? forgeToken(keyring, project) : null;
-  return token ? [...values, token] : values;
+async function reserveJobQuota(
+  tx: Queryable,
+  jobId: string,
+  size: number,
+  newSize: number,
+  quota: number,
+): Promise<void> {
+  const block = logQuotaBlock(quota);
+  const more = (Math.ceil(newSize / block) - Math.ceil(size / block)) * block;
+  if (more <= 0) return;
+  const { rowCount } = await tx.query(
+    `insert into job_log_usage (job_id, reserved) select $1, $2::bigint where $2::bigint <= $3::bigint
+     on conflict (job_id) do update set reserved = job_log_usage.reserved + excluded.reserved
+      where job_log_usage.reserved + excluded.reserved <= $3::bigint`,
+    [jobId, more, quota],
+  );
+  if (rowCount === 0) {
+    throw new PayloadTooLargeError(
+      `the logs of this job reached their quota of ${bytesText(quota)} (CONDUCTOR_JOB_LOG_MAX_BYTES)`,
+    );
+  }
 }
 
-/** The values to mask in what a task's runner reports (see maskedValues), by task id. */
-/** What a completion's error is stored as when the secrets to mask it with cannot be opened. */
+/**
+ * The chunk's text masked together with the end of what is stored before
+ * it, so that a value cut by chunk boundaries, over any number of chunks, is
+ * masked once its last piece arrives. The stored chunks that hold the last
+ * `longestBytes` bytes are read back (a masked form that ends in this chunk
+ * starts in them at the latest); when masking changes any of them, each is cut
+ * where the change starts (and the ones after it emptied), and the masked
+ * text from there is stored with this chunk. Reads then answer the masked text
+ * with the newest chunk, whose offset a reader following the log asks for.
+ */
+async function maskAcrossChunks(
+  tx: Queryable,
+  taskId: string,
+  attempt: number,
+  size: number,
+  text: string,
+  masker: Masker,
+): Promise<string> {
+  const { rows } = await tx.query<{ byte_offset: string; data: Buffer }>(
+    `select byte_offset, data from log_chunks
+      where task_id = $1 and attempt = $2 and byte_offset + size > $3
+      order by byte_offset`,
+    [taskId, attempt, size - masker.longestBytes + 1],
+  );
+  const texts = rows.map((r) => r.data.toString('utf8'));
+  const stored = texts.join('');
+  // Only the end of what is stored can start a form that ends in `text`.
+  const from = Math.max(0, stored.length - masker.longestChars + 1);
+  const joined = stored.slice(0, from) + masker.mask(stored.slice(from) + text);
+  if (joined.startsWith(stored)) return joined.slice(stored.length);
+  let cut = from;
+  while (cut < stored.length && joined[cut] === stored[cut]) cut++;
+  // Never between the halves of a surrogate pair.
+  if (cut > 0 && /[\uD800-\uDBFF]/.test(stored[cut - 1]!)) cut--;
+  const offsets: string[] = [];
+  const datas: Buffer[] = [];
+  let start = 0;
+  for (const [i, row] of rows.entries()) {
+    const end = start + texts[i]!.length;
+    if (end > cut) {
+      offsets.push(row.byte_offset);
+      datas.push(Buffer.from(texts[i]!.slice(0, Math.max(0, cut - start)), 'utf8'));
+    }
+    start = end;
+  }
+  await tx.query(
+    `update log_chunks c set data = v.data
+       from unnest($3::bigint[], $4::bytea[]) as v (byte_offset, data)
+      where c.task_id = $1 and c.attempt = $2 and c.byte_offset = v.byte_offset`,
+    [taskId, attempt, offsets, datas],
+  );
+  return joined.slice(cut);
+}
+
+/** What the masking of a task's reports is built from: its job's trust, its secrets and the clone token, sealed. */
+interface MaskSource {
+  trusted: boolean;
+  project_id: string;
+  forge_token_enc: string | null;
+  secret_encs: Array<{ name: string; value_enc: string }>;
+}
+
+// The columns of a MaskSource, for a query over tasks t join jobs j join
+// projects p: one round trip gives the task and everything to mask with.
+const MASK_SOURCE = `j.trusted, j.project_id, p.forge_token_enc,
+  coalesce((select json_agg(json_build_object('name', s.name, 'value_enc', s.value_enc))
+              from project_secrets s
+             where s.project_id = j.project_id and s.name = any(t.secrets)), '[]') as secret_encs`;
+
+/**
+ * The Masker for what a task's runner reports: the secrets the task lists
+ * and the project's forge token (the clone token), for trusted jobs; an
+ * untrusted job is given neither, so has neither to leak. Throws
+ * SecretDecryptError when a value cannot be opened.
+ */
+function openMasker(keyring: Keyring, src: MaskSource): Masker {
+  if (!src.trusted) return new Masker([]);
+  const values = src.secret_encs.map((s) =>
+    decrypt(keyring, s.value_enc, sealContext.secret(src.project_id, s.name)),
+  );
+  const token = forgeToken(keyring, { id: src.project_id, forge_token_enc: src.forge_token_enc });
+  return new Masker(token ? [...values, token] : values);
+}
+
+/** What a completion's error (or an output) is stored as when the secrets to mask it with cannot be opened. */
 export const WITHHELD_ERROR = '[withheld: secrets could not be opened]';
 
-export async function taskSecretValues(
+export interface Report {
+  outputs: Record<string, string>;
+  error: string | null;
+}
+
+/**
+ * A completion's outputs and error, checked against the task and masked, in
+ * one read: an output the task does not declare is a 400 naming it, outputs
+ * over their limit a 413 (lib/scheduler/complete.ts, checkOutputs); secret
+ * values are masked in both, as in the log. When the secrets cannot be opened
+ * (a key dropped from the keyring) the outcome is still recorded, with the
+ * error and the output values withheld rather than stored as sent: refusing
+ * the outcome would strand the task until its lease expired. `onRefused`
+ * runs before a refusal is thrown (the route authenticates there: a bad token
+ * is a 401 even when the outputs are refused too).
+ */
+export async function maskReport(
   db: Queryable,
   keyring: Keyring,
   taskId: string,
-): Promise<string[]> {
-  const { rows } = await db.query<{ project_id: string; trusted: boolean; secrets: string[] }>(
-    `select j.project_id, j.trusted, t.secrets from tasks t join jobs j on j.id = t.job_id
+  report: Report,
+  onRefused: () => Promise<unknown> = async () => {},
+): Promise<Report> {
+  const hasOutputs = Object.keys(report.outputs).length > 0;
+  if (!hasOutputs && !report.error) return report;
+  const { rows } = await db.query<MaskSource & TaskOutputs>(
+    `select t.name, t.outputs, ${MASK_SOURCE}
+       from tasks t join jobs j on j.id = t.job_id join projects p on p.id = j.project_id
       where t.id = $1`,
     [taskId],
   );
-  return rows[0] ? maskedValues(db, keyring, rows[0]) : [];
+  const task = rows[0];
+  // A task that does not exist: the completion answers 404 for it.
+  if (!task) return report;
+  try {
+    checkOutputs(report.outputs, task);
+  } catch (err) {
+    await onRefused();
+    throw err;
+  }
+  let masker: Masker;
+  try {
+    masker = openMasker(keyring, task);
+  } catch (err) {
+    if (!(err instanceof SecretDecryptError)) throw err;
+    return {
+      outputs: Object.fromEntries(Object.keys(report.outputs).map((n) => [n, WITHHELD_ERROR])),
+      error: report.error === null ? null : WITHHELD_ERROR,
+    };
+  }
+  return {
+    outputs: Object.fromEntries(
+      Object.entries(report.outputs).map(([name, value]) => [name, masker.mask(value)]),
+    ),
+    error: report.error === null ? null : masker.mask(report.error),
+  };
 }

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
+import { MIN_SECRET_LENGTH } from '../masking.ts';
 import { decrypt, encrypt, type Keyring } from '../secrets.ts';
 import {
   FORGES,
@@ -17,6 +18,33 @@ const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
 export const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/**
+ * What a URL must not carry: credentials (a token belongs in forge_token,
+ * sealed, never in a URL that is stored and shown), and a query or fragment,
+ * which would turn the paths the control plane appends into a query or cut
+ * them off.
+ */
+function plainUrl(value: string, ctx: z.RefinementCtx): void {
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(value)) return;
+  let parsed: URL;
+  try {
+    parsed = new URL(value);
+  } catch {
+    ctx.addIssue({ code: 'custom', message: 'is not a valid URL' });
+    return;
+  }
+  if (parsed.username || parsed.password) {
+    ctx.addIssue({
+      code: 'custom',
+      message: 'must not carry a user name or password (give a token as forge_token)',
+    });
+  }
+  if (value.includes('?')) ctx.addIssue({ code: 'custom', message: 'must not have a query (?)' });
+  if (value.includes('#')) {
+    ctx.addIssue({ code: 'custom', message: 'must not have a fragment (#)' });
+  }
+}
+
 const url = z
   .string()
   .trim()
@@ -25,12 +53,14 @@ const url = z
   .refine(
     (v) => isLocalRepo(v) || /^https?:\/\//.test(v),
     'must be an http(s) URL, a file:// URL or an absolute path',
-  );
+  )
+  .superRefine(plainUrl);
 const forgeUrl = z
   .string()
   .trim()
   .max(2000)
-  .regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL');
+  .regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL')
+  .superRefine(plainUrl);
 
 export const ProjectCreateSchema = z.strictObject({
   id: z
@@ -204,7 +234,10 @@ export async function findProjectByRepo(
   return rows[0];
 }
 
-/** Changes the given fields of a project; a `forge_token` of null removes the token. */
+/**
+ * Changes the given fields of a project; a `forge_token` of null removes the
+ * token, and so does a change of `forge_url` that does not give it again.
+ */
 export async function updateProject(
   pool: Pool,
   keyring: Keyring,
@@ -217,9 +250,15 @@ export async function updateProject(
     const repoUrl = input.repo_url ?? current.repo_url;
     const forgeUrlValue = input.forge_url === undefined ? current.forge_url : input.forge_url;
     checkForgeUrl(current.forge, repoUrl, forgeUrlValue);
+    // The token was given for the forge it was set with: a new forge_url
+    // without the token again drops it, so it is never sent to another host.
+    const bare = (u: string | null | undefined) => (u ?? '').replace(/\/+$/, '');
+    const forgeMoved = bare(forgeUrlValue) !== bare(current.forge_url);
     const token =
       input.forge_token === undefined
-        ? current.forge_token_enc
+        ? forgeMoved
+          ? null
+          : current.forge_token_enc
         : input.forge_token === null
           ? null
           : encrypt(keyring, input.forge_token, sealContext.forgeToken(id));
@@ -289,14 +328,18 @@ export function forgeToken(
 
 export const SecretPutSchema = z.strictObject({ value: z.string().max(64 * 1024) });
 
-/** Sets a secret of a project (created or replaced). */
+/**
+ * Sets a secret of a project (created or replaced). Answers a warning when
+ * the value is too short to be masked (lib/masking.ts): it is stored all the
+ * same, since the project may need it, but it will show in logs as it is.
+ */
 export async function putSecret(
   pool: Pool,
   keyring: Keyring,
   projectId: string,
   name: string,
   value: string,
-): Promise<void> {
+): Promise<{ warning: string | null }> {
   if (!SECRET_NAME.test(name) || name.length > 200) {
     throw new ValidationError([
       {
@@ -319,6 +362,12 @@ export async function putSecret(
     }
     throw err;
   }
+  return {
+    warning:
+      [...value].length < MIN_SECRET_LENGTH
+        ? `secret ${name} is shorter than ${MIN_SECRET_LENGTH} characters, so it is not masked in logs, errors or outputs`
+        : null,
+  };
 }
 
 /** Deletes a secret of a project. */

@@ -6,6 +6,16 @@
 // state, and posting the same state twice is harmless to the forge.
 import type { AppContext } from '../context.ts';
 import { type Pool, transaction } from '../db/index.ts';
+import {
+  apiBase,
+  callForge,
+  type ForgeAnswer,
+  ForgeRefusedError,
+  ForgeTransportError,
+  forgeHeaders,
+  transportErrorText,
+} from '../forge/client.ts';
+import { openGate } from '../idle/gate.ts';
 import { log } from '../log.ts';
 import { signJobLink } from '../pages/access.ts';
 import type { Keyring } from '../secrets.ts';
@@ -22,7 +32,6 @@ export interface DeliveryOptions {
   /** Most jobs handled in one call. Default 50. */
   limit?: number;
   timeoutMs?: number;
-  fetch?: typeof fetch;
 }
 
 export interface DeliverySummary {
@@ -137,10 +146,11 @@ async function post(
   const token = project ? forgeToken(keyring, project) : null;
   if (!project || !token) throw new PermanentError('the project has no forge token');
   const [owner, name] = project.repo.split('/').map(encodeURIComponent);
-  const base =
-    project.forge === 'github'
-      ? opts.githubApiUrl.replace(/\/+$/, '')
-      : `${(project.forge_url ?? '').replace(/\/+$/, '')}/api/v1`;
+  const base = apiBase(project.forge, {
+    githubApiUrl: opts.githubApiUrl,
+    forgeUrl: project.forge_url,
+  });
+  if (base === null) throw new PermanentError('the project has no forge_url');
   const url = `${base}/repos/${owner}/${name}/statuses/${row.sha}`;
   const body = {
     state: row.state,
@@ -152,41 +162,32 @@ async function post(
         }
       : {}),
   };
-  const headers: Record<string, string> =
-    project.forge === 'github'
-      ? {
-          authorization: `Bearer ${token}`,
-          accept: 'application/vnd.github+json',
-          'x-github-api-version': '2022-11-28',
-        }
-      : { authorization: `token ${token}`, accept: 'application/json' };
-  let res: Response;
+  const timeoutMs = opts.timeoutMs ?? 10_000;
+  let res: ForgeAnswer;
   try {
-    res = await (opts.fetch ?? fetch)(url, {
+    res = await callForge({
       method: 'POST',
-      headers: { ...headers, 'content-type': 'application/json', 'user-agent': 'conductor-ci' },
+      url,
+      headers: { ...forgeHeaders(project.forge, token), 'Content-Type': 'application/json' },
       body: JSON.stringify(body),
-      signal: AbortSignal.timeout(opts.timeoutMs ?? 10_000),
+      timeoutMs,
     });
   } catch (err) {
-    // fetch says only "fetch failed"; the cause names the network error.
-    const cause =
-      err instanceof Error && err.cause instanceof Error ? `: ${err.cause.message}` : '';
-    const message = err instanceof Error ? err.message : String(err);
-    throw new Error(`could not reach ${project.forge} at ${url}: ${message}${cause}`);
+    // An address the control plane may not call, or a redirect: the
+    // project's URL is wrong, and retrying will not right it.
+    if (err instanceof ForgeRefusedError) throw new PermanentError(err.message);
+    if (err instanceof ForgeTransportError) {
+      throw new Error(
+        `could not reach ${project.forge} at ${url}: ${transportErrorText(err, timeoutMs)}`,
+      );
+    }
+    throw err;
   }
-  await res.text().catch(() => '');
-  if (res.ok) return;
+  if (res.kind === 'ok') return;
   const message = `${project.forge} answered HTTP ${res.status} for ${url}`;
   // A refusal (bad token, no such repository or commit) stays a refusal;
   // rate limits and server errors pass.
-  const rateLimited =
-    res.status === 429 ||
-    res.headers.get('x-ratelimit-remaining') === '0' ||
-    res.headers.get('retry-after') !== null;
-  if (res.status >= 400 && res.status < 500 && res.status !== 408 && !rateLimited) {
-    throw new PermanentError(message);
-  }
+  if (res.kind === 'permanent') throw new PermanentError(message);
   throw new Error(message);
 }
 
@@ -255,6 +256,10 @@ export function statusOptions(ctx: AppContext) {
 
 /** Posts a job's newest status right after the change that wrote it committed; never throws. */
 export async function deliverJobStatus(ctx: AppContext, jobId: string): Promise<void> {
+  // A status row just committed is work for the sweep if this post fails
+  // (a blocked or declined job's may be the only work there is): open the
+  // idle gate first (lib/idle/gate.ts).
+  await openGate(ctx.gate);
   try {
     // A short timeout: the caller answers after this, and the sweep retries.
     await deliverStatuses(ctx.pool, ctx.keyring, {

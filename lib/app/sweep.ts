@@ -1,4 +1,5 @@
 import type { AppContext } from '../context.ts';
+import { hasOpenWork } from '../idle/work.ts';
 import { log } from '../log.ts';
 import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { dispatchCompile } from './dispatch.ts';
@@ -42,4 +43,28 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     log('info', 'sweep repaired', summary);
   }
   return summary;
+}
+
+/** The daily schedule's event: a sweep that does not ask the idle gate first. */
+export const DAILY_EVENT = { conductor: 'daily' } as const;
+
+/**
+ * The scheduled sweep: runSweep, answering its counts and what became of the
+ * idle gate. With the gate closed, the minute's sweep answers
+ * `{"gate": "closed"}` without a connection; the daily one sweeps regardless
+ * (retention, and a backstop for a gate left closed over work). After the
+ * sweep, the gate closes when the database holds no open work.
+ */
+export async function scheduledSweep(ctx: AppContext, opts: { deadline?: number; daily: boolean }) {
+  const gate = ctx.gate;
+  if (gate && !opts.daily && !(await gate.store.isOpen())) return { gate: 'closed' as const };
+  const summary = await runSweep(ctx, { deadline: opts.deadline });
+  if (!gate) return summary;
+  // Closing takes two reads and a write; a sweep out of time leaves the gate
+  // open, which costs the next sweep a connection and nothing else.
+  if (opts.deadline !== undefined && Date.now() > opts.deadline) {
+    return { ...summary, gate: 'open' as const };
+  }
+  const state = await gate.closeIfIdle(() => hasOpenWork(ctx.pool), { markerSeen: !opts.daily });
+  return { ...summary, gate: state };
 }

@@ -20,6 +20,30 @@ export interface PoolConfig {
   idleSessionTimeoutMs?: number;
   /** Connecting again after a connection error, on a fresh connection; default 1. */
   connectRetries?: number;
+  /** A password made for each new connection (an IAM token), instead of the URL's. */
+  password?: () => Promise<string>;
+}
+
+/**
+ * The URL as separate settings, for a password function: pg lets a
+ * connection string's (empty) password win over one given beside it.
+ */
+function settingsOf(url: string, password: () => Promise<string>): pg.PoolConfig {
+  const u = new URL(url);
+  const sslmode = u.searchParams.get('sslmode');
+  return {
+    host: decodeURIComponent(u.hostname),
+    port: Number(u.port || 5432),
+    user: decodeURIComponent(u.username),
+    database: decodeURIComponent(u.pathname.slice(1)),
+    password,
+    ssl:
+      sslmode === 'disable' || sslmode === null
+        ? false
+        : sslmode === 'no-verify'
+          ? { rejectUnauthorized: false }
+          : { rejectUnauthorized: true },
+  };
 }
 
 export type Pool = pg.Pool;
@@ -56,7 +80,9 @@ const IDLE_SESSION_MARGIN_MS = 5_000;
 export function createPool(config: PoolConfig, onIdleError?: (err: Error) => void): Pool {
   const idleSessionMs = config.idleSessionTimeoutMs ?? DEFAULT_IDLE_SESSION_TIMEOUT_MS;
   const pool = new pg.Pool({
-    connectionString: config.url,
+    ...(config.password
+      ? settingsOf(config.url, config.password)
+      : { connectionString: config.url }),
     max: config.max ?? 10,
     idleTimeoutMillis: config.idleTimeoutMs ?? 30_000,
     // Long enough for Aurora Serverless to resume from a pause (about 15 s).

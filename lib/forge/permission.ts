@@ -7,7 +7,17 @@
 //
 // Gitea answers this only to a site administrator, a repository administrator, or the user
 // asked about; anything short of a confirmed writer leaves the job untrusted.
-import { ForgeUnavailableError, fetchErrorText, USER_AGENT } from './pipeline-file.ts';
+import {
+  apiBase,
+  callForge,
+  DEFAULT_TIMEOUT_MS,
+  type ForgeAnswer,
+  ForgeRefusedError,
+  ForgeTransportError,
+  ForgeUnavailableError,
+  forgeHeaders,
+  transportErrorText,
+} from './client.ts';
 
 /** The permissions Gitea names for people who may push to the repository. */
 export const WRITE_PERMISSIONS: readonly string[] = ['write', 'admin', 'owner'];
@@ -28,8 +38,6 @@ export interface WriterVerdict {
   reason: string;
 }
 
-const DEFAULT_TIMEOUT_MS = 10_000;
-
 /**
  * Asks Gitea about each login in turn; writers only when every one is confirmed. A refusal, an
  * unknown user or any answer that is not a write permission is a verdict (untrusted); a forge
@@ -38,37 +46,33 @@ const DEFAULT_TIMEOUT_MS = 10_000;
  */
 export async function confirmGiteaWriters(
   q: WriterQuestion,
-  opts: { timeoutMs?: number; fetch?: typeof fetch } = {},
+  opts: { timeoutMs?: number } = {},
 ): Promise<WriterVerdict> {
   if (q.logins.length === 0) {
     return { writers: false, reason: 'the pull request names nobody for Gitea to confirm' };
   }
   const [owner = '', name = ''] = q.repo.split('/');
-  const base = `${q.forgeUrl.replace(/\/+$/, '')}/api/v1/repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
+  const base = `${apiBase('gitea', { githubApiUrl: '', forgeUrl: q.forgeUrl })}/repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   for (const login of q.logins) {
     const url = `${base}/collaborators/${encodeURIComponent(login)}/permission`;
-    let res: Response;
+    let res: ForgeAnswer;
     try {
-      res = await (opts.fetch ?? fetch)(url, {
-        headers: {
-          Authorization: `token ${q.token}`,
-          Accept: 'application/json',
-          'User-Agent': USER_AGENT,
-        },
-        // A redirect would carry the token elsewhere; it is an answer like any other here.
-        redirect: 'manual',
-        signal: AbortSignal.timeout(timeoutMs),
-      });
+      res = await callForge({ url, headers: forgeHeaders('gitea', q.token), timeoutMs });
     } catch (error) {
-      throw new ForgeUnavailableError(
-        `Gitea at ${q.forgeUrl} could not be reached (${fetchErrorText(error, timeoutMs)}) while asking whether ${login} may write to ${q.repo}`,
-        { cause: error },
-      );
+      // An address the control plane may not call, or a redirect (which
+      // would carry the token elsewhere): no confirmation.
+      if (error instanceof ForgeRefusedError) return { writers: false, reason: error.message };
+      if (error instanceof ForgeTransportError) {
+        throw new ForgeUnavailableError(
+          `Gitea at ${q.forgeUrl} could not be reached (${transportErrorText(error, timeoutMs)}) while asking whether ${login} may write to ${q.repo}`,
+          { cause: error },
+        );
+      }
+      throw error;
     }
-    const body = await res.text().catch(() => '');
     const status = res.status;
-    if (status === 429 || status >= 500) {
+    if (res.kind === 'rate_limited' || res.kind === 'retryable') {
       throw new ForgeUnavailableError(
         `Gitea at ${q.forgeUrl} answered HTTP ${status} while asking whether ${login} may write to ${q.repo}`,
       );
@@ -88,7 +92,7 @@ export async function confirmGiteaWriters(
         reason: `Gitea answered HTTP ${status} when asked whether ${login} may write to ${q.repo}`,
       };
     }
-    const permission = permissionOf(body);
+    const permission = permissionOf(res.body?.toString('utf8') ?? '');
     if (permission === null || !WRITE_PERMISSIONS.includes(permission)) {
       return {
         writers: false,

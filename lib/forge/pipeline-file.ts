@@ -2,7 +2,21 @@ import { execFile } from 'node:child_process';
 import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MAX_PIPELINE_BYTES, PIPELINE_FILE } from '../pipeline/limits.ts';
-import type { ForgeKind } from './webhook.ts';
+import {
+  apiBase,
+  callForge,
+  DEFAULT_TIMEOUT_MS,
+  type ForgeAnswer,
+  type ForgeKind,
+  ForgeRefusedError,
+  ForgeTransportError,
+  ForgeUnavailableError,
+  forgeHeaders,
+  forgeName,
+  transportErrorText,
+} from './client.ts';
+
+export { ForgeUnavailableError } from './client.ts';
 
 // Reads the pipeline file of one commit: from GitHub's contents API, Gitea's raw file API, or
 // with git from a repository on this machine (local development and demos).
@@ -31,24 +45,9 @@ export interface PipelineSource {
 
 export type FetchResult = { found: true; text: string } | { found: false; reason: string };
 
-/** Raised when the forge could not be reached or answered 5xx/429: the caller leaves the job pending and retries later. */
-export class ForgeUnavailableError extends Error {
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = 'ForgeUnavailableError';
-  }
-}
-
-const DEFAULT_TIMEOUT_MS = 10_000;
 // Files over MAX_PIPELINE_BYTES still reach the compiler, which reports their exact size; past
 // this bound they are not worth holding in memory to say so.
 const MAX_READ_BYTES = 4 * MAX_PIPELINE_BYTES;
-// The REST API version this client was written against; GitHub answers it with that behaviour.
-const GITHUB_API_VERSION = '2022-11-28';
-// GitHub refuses API requests without a User-Agent.
-export const USER_AGENT = 'conductor-ci';
-
-const FORGE_NAMES: Readonly<Record<ForgeKind, string>> = { github: 'GitHub', gitea: 'Gitea' };
 
 /** An absolute path, or a file:// URL: a repository read with git on this machine. */
 export function isLocalRepo(repoUrl: string): boolean {
@@ -58,13 +57,13 @@ export function isLocalRepo(repoUrl: string): boolean {
 /** Reads `.conductor.yml` at the sha. */
 export async function fetchPipelineFile(
   src: PipelineSource,
-  opts: { timeoutMs?: number; fetch?: typeof fetch } = {},
+  opts: { timeoutMs?: number } = {},
 ): Promise<FetchResult> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (isLocalRepo(src.repoUrl)) return readFromGit(src.repoUrl, src.sha, timeoutMs);
   const request = forgeRequest(src);
   if ('found' in request) return request;
-  return readFromForge(src, request, opts.fetch ?? fetch, timeoutMs);
+  return readFromForge(src, request, timeoutMs);
 }
 
 const notFound = (sha: string): FetchResult => ({
@@ -93,74 +92,75 @@ function forgeRequest(src: PipelineSource): ForgeRequest | FetchResult {
       reason: `the project's repo ${JSON.stringify(src.repo)} is not owner/name`,
     };
   }
+  const api = apiBase(src.forge, { githubApiUrl: src.githubApiUrl, forgeUrl: src.forgeUrl });
+  if (api === null) {
+    return { found: false, reason: 'the project has no forge_url: the Gitea base URL is needed' };
+  }
   const path = `repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
   const ref = encodeURIComponent(src.sha);
   if (src.forge === 'github') {
-    const base = src.githubApiUrl.replace(/\/+$/, '');
-    const headers: Record<string, string> = {
+    return {
+      base: api,
+      url: `${api}/${path}/contents/${PIPELINE_FILE}?ref=${ref}`,
       // The raw media type answers the file's bytes instead of base64 inside JSON.
-      Accept: 'application/vnd.github.raw+json',
-      'X-GitHub-Api-Version': GITHUB_API_VERSION,
-      'User-Agent': USER_AGENT,
+      headers: forgeHeaders('github', src.token, 'application/vnd.github.raw+json'),
     };
-    if (src.token) headers.Authorization = `Bearer ${src.token}`;
-    return { base, url: `${base}/${path}/contents/${PIPELINE_FILE}?ref=${ref}`, headers };
   }
-  if (!src.forgeUrl) {
-    return { found: false, reason: 'the project has no forge_url: the Gitea base URL is needed' };
-  }
-  const base = src.forgeUrl.replace(/\/+$/, '');
-  const headers: Record<string, string> = { 'User-Agent': USER_AGENT };
-  if (src.token) headers.Authorization = `token ${src.token}`;
-  return { base, url: `${base}/api/v1/${path}/raw/${PIPELINE_FILE}?ref=${ref}`, headers };
+  return {
+    base: (src.forgeUrl ?? '').replace(/\/+$/, ''),
+    url: `${api}/${path}/raw/${PIPELINE_FILE}?ref=${ref}`,
+    headers: forgeHeaders('gitea', src.token, '*/*'),
+  };
 }
 
 async function readFromForge(
   src: PipelineSource,
   request: ForgeRequest,
-  doFetch: typeof fetch,
   timeoutMs: number,
 ): Promise<FetchResult> {
-  const forge = `${FORGE_NAMES[src.forge]} at ${request.base}`;
+  const forge = `${forgeName(src.forge)} at ${request.base}`;
   const unavailable = (what: string, cause?: unknown) =>
     new ForgeUnavailableError(
       `${forge} ${what} while reading ${PIPELINE_FILE} at ${src.sha}`,
       cause === undefined ? undefined : { cause },
     );
-  // One deadline for the answer and the body: a forge that trickles bytes is as stuck as one
-  // that never answers.
-  const signal = AbortSignal.timeout(timeoutMs);
-  let response: Response;
+  let answer: ForgeAnswer;
   try {
-    response = await doFetch(request.url, { headers: request.headers, signal });
+    // One deadline for the answer and the body: a forge that trickles bytes
+    // is as stuck as one that never answers.
+    answer = await callForge({
+      url: request.url,
+      headers: request.headers,
+      timeoutMs,
+      maxBytes: MAX_READ_BYTES,
+    });
   } catch (error) {
-    throw unavailable(`could not be reached (${fetchErrorText(error, timeoutMs)})`, error);
-  }
-
-  if (response.status === 200) {
-    try {
-      const text = await readCapped(response);
-      return text === null ? tooLarge(src.sha) : { found: true, text };
-    } catch (error) {
-      throw unavailable(`broke off its answer (${fetchErrorText(error, timeoutMs)})`, error);
+    // An address the control plane may not call, or a redirect: the
+    // project's URL is wrong, and no retry fixes it.
+    if (error instanceof ForgeRefusedError) return { found: false, reason: error.message };
+    if (error instanceof ForgeTransportError) {
+      const text = transportErrorText(error, timeoutMs);
+      throw unavailable(
+        error.phase === 'connect'
+          ? `could not be reached (${text})`
+          : `broke off its answer (${text})`,
+        error,
+      );
     }
+    throw error;
   }
-  // Nothing else in the body is used; release the connection.
-  await response.body?.cancel().catch(() => {});
 
-  const status = response.status;
+  const status = answer.status;
+  if (answer.kind === 'ok') {
+    if (answer.body === null) return tooLarge(src.sha);
+    if (status === 200) return { found: true, text: answer.body.toString('utf8') };
+  }
   // GitHub also answers 404 for a private repository the token cannot see; the reason cannot
   // tell the two apart, so it stays the plain fact.
   if (status === 404) return notFound(src.sha);
-  // GitHub signals an exhausted rate limit with 403 as well as 429: a 403 carrying
-  // `x-ratelimit-remaining: 0` or `retry-after` is a wait, not a refusal.
-  const rateLimited =
-    status === 429 ||
-    (status === 403 &&
-      (response.headers.get('x-ratelimit-remaining') === '0' ||
-        response.headers.has('retry-after')));
-  if (rateLimited) throw unavailable(`rate-limited the request (HTTP ${status})`);
-  if (status >= 500) throw unavailable(`answered HTTP ${status}`);
+  if (answer.kind === 'rate_limited')
+    throw unavailable(`rate-limited the request (HTTP ${status})`);
+  if (answer.kind === 'retryable') throw unavailable(`answered HTTP ${status}`);
   // 401 and 403 are configuration problems (a missing, expired or under-scoped token) that no
   // retry fixes, so the job fails now with a reason that says what to change rather than
   // sitting pending until the sweep gives up.
@@ -175,41 +175,6 @@ async function readFromForge(
     found: false,
     reason: `${forge} answered HTTP ${status} for ${PIPELINE_FILE} at ${src.sha}`,
   };
-}
-
-/** The body as UTF-8, or null when it is over MAX_READ_BYTES. */
-async function readCapped(response: Response): Promise<string | null> {
-  const declared = Number(response.headers.get('content-length'));
-  if (declared > MAX_READ_BYTES) {
-    await response.body?.cancel().catch(() => {});
-    return null;
-  }
-  if (!response.body) return '';
-  const reader = response.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > MAX_READ_BYTES) {
-      await reader.cancel().catch(() => {});
-      return null;
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString('utf8');
-}
-
-/** What went wrong with a fetch, in words: undici's cause, or the timeout. */
-export function fetchErrorText(error: unknown, timeoutMs: number): string {
-  if (error instanceof Error && error.name === 'TimeoutError') {
-    return `no answer within ${timeoutMs} ms`;
-  }
-  // undici reports `fetch failed` and keeps what happened (ECONNREFUSED, ENOTFOUND...) in cause.
-  const cause = error instanceof Error ? error.cause : undefined;
-  if (cause instanceof Error) return cause.message;
-  return error instanceof Error ? error.message : String(error);
 }
 
 // Git accepts abbreviated names too; anything else could be read as an option or a revision

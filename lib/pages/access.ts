@@ -43,7 +43,8 @@ function primary(keyring: Keyring): Buffer {
 /** True when `given` (base64url) is the MAC of `message` under any key of the keyring. */
 function verifies(keyring: Keyring, purpose: Purpose, message: string, given: string): boolean {
   const bytes = Buffer.from(given, 'base64url');
-  if (bytes.length !== 32) return false;
+  // Only the canonical spelling: base64url's last character has spare bits.
+  if (bytes.length !== 32 || bytes.toString('base64url') !== given) return false;
   for (const key of keyring.keys.values()) {
     if (timingSafeEqual(mac(key, purpose, message), bytes)) return true;
   }

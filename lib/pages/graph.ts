@@ -274,6 +274,16 @@ function node(
 ): string {
   const { status, note } = taskLines(task, now);
   const open = task.id === opts.open ? ' open' : '';
-  const tip = [task.name, status, note].filter(Boolean).join('\n');
-  return `<a class="node${open}" href="${esc(opts.href(task))}" data-task-name="${esc(task.name)}" data-state="${esc(task.state)}" data-task-id="${task.id}"><title>${esc(tip)}</title><rect x="${r(x)}" y="${r(y)}" width="${NODE_W}" height="${NODE_H}" rx="6"/><rect class="bar" x="${r(x)}" y="${r(y)}" width="5" height="${NODE_H}" rx="2"/><text x="${r(x + 13)}" y="${r(y + 18)}">${esc(clip(label))}</text><text class="sub st" x="${r(x + 13)}" y="${r(y + 35)}">${esc(clip(status, CHARS + 4))}</text><text class="sub note" x="${r(x + 13)}" y="${r(y + 51)}">${esc(clip(note, CHARS + 4))}</text></a>`;
+  const shownLabel = clip(label);
+  const shownStatus = clip(status, CHARS + 4);
+  const shownNote = clip(note, CHARS + 4);
+  // A tooltip only where the box cut something short (or shows a matrix
+  // expansion by its values alone): a thousand tasks make the page heavy.
+  const tip =
+    shownLabel !== task.name || shownStatus !== status || shownNote !== note
+      ? `<title>${esc([task.name, status, note].filter(Boolean).join('\n'))}</title>`
+      : '';
+  const x0 = r(x);
+  const y0 = r(y);
+  return `<a class="node${open}" href="${esc(opts.href(task))}" data-task-name="${esc(task.name)}" data-state="${task.state}" data-task-id="${task.id}">${tip}<rect x="${x0}" y="${y0}" width="${NODE_W}" height="${NODE_H}" rx="6"/><rect class="bar" x="${x0}" y="${y0}" width="5" height="${NODE_H}" rx="2"/><text x="${x0 + 13}" y="${y0 + 18}">${esc(shownLabel)}</text><text class="sub st" x="${x0 + 13}" y="${y0 + 35}">${esc(shownStatus)}</text><text class="sub note" x="${x0 + 13}" y="${y0 + 51}">${esc(shownNote)}</text></a>`;
 }

@@ -12,8 +12,11 @@ const ESCAPES: Record<string, string> = {
 
 /** Text made safe inside an element or a quoted attribute. */
 export function esc(value: unknown): string {
-  return String(value ?? '').replace(/[&<>"']/g, (c) => ESCAPES[c]!);
+  const text = String(value ?? '');
+  // Most values have nothing to escape: a test is cheaper than a replace.
+  return NEEDS_ESCAPE.test(text) ? text.replace(/[&<>"']/g, (c) => ESCAPES[c]!) : text;
 }
+const NEEDS_ESCAPE = /[&<>"']/;
 
 /** HTML already escaped (built by `html` or `esc`), passed through `html` as is. */
 export class Html {

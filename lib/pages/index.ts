@@ -26,7 +26,7 @@ import {
   verifyJobLink,
 } from './access.ts';
 import { CLIENT_SCRIPT } from './client.ts';
-import { earlierLog, liveJob, renderJobPage, taskOfJob, type Viewer } from './job.ts';
+import { earlierLog, liveJob, logSource, renderJobPage, type Viewer } from './job.ts';
 import {
   projectVisibility,
   renderError,
@@ -263,8 +263,8 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const access = await jobAccess(event, ctx);
     if (!('jobId' in access)) return access;
     const q = queryParams(event, RawQuery);
-    await taskOfJob(ctx.pool, access.jobId, q.task);
-    const log = await readLog(ctx.pool, q.task, q.attempt, q.offset);
+    const source = await logSource(ctx.pool, access.jobId, q.task);
+    const log = await readLog(ctx.pool, source, q.attempt, q.offset);
     return {
       status: 200,
       text: log.text,

@@ -7,7 +7,17 @@ import { getJobView, type JobView, type TaskView } from '../scheduler/views.ts';
 import { FINISHED_JOB_STATES } from '../states.ts';
 import { CLIENT_SCRIPT } from './client.ts';
 import { type GraphTask, renderGraph, taskLines } from './graph.ts';
-import { durationText, Html, html, page, scriptJson, shortRef, stateEl, timeEl } from './html.ts';
+import {
+  durationText,
+  esc,
+  Html,
+  html,
+  page,
+  scriptJson,
+  shortRef,
+  stateEl,
+  timeEl,
+} from './html.ts';
 import { emptyLogNote, type LogPiece, logTail, logWindow } from './log.ts';
 
 /** Who is looking: signed in (with the session's CSRF token), or through a signed link. */
@@ -70,6 +80,11 @@ function jobHref(jobId: string, viewer: Viewer, params: Record<string, string | 
   if (viewer.sig) q.set('sig', viewer.sig);
   const s = q.toString();
   return `/jobs/${jobId}${s ? `?${s}` : ''}`;
+}
+
+/** A task's link on its job's page, relative to it (a thousand of them add up). */
+function taskHref(taskId: string, viewer: Viewer): string {
+  return viewer.sig ? `?task=${taskId}&sig=${encodeURIComponent(viewer.sig)}` : `?task=${taskId}`;
 }
 
 /** The commit on the forge's site, when the repository is there (https). */
@@ -139,12 +154,14 @@ function actions(job: JobView, tasks: GraphTask[], viewer: Viewer): Html {
   return html`${forms}`;
 }
 
-function taskRows(tasks: GraphTask[], jobId: string, viewer: Viewer, now: number): Html {
+function taskRows(tasks: GraphTask[], viewer: Viewer, now: number): Html {
+  // Plain concatenation: a thousand rows through the html template cost more.
+  const sig = viewer.sig ? `&amp;sig=${esc(encodeURIComponent(viewer.sig))}` : '';
   const rows = tasks.map((t) => {
     const { note } = taskLines(t, now);
-    return html`<tr data-row="${t.id}"><td><a href="${jobHref(jobId, viewer, { task: t.id })}#log">${t.name}</a></td><td><span class="state st-${t.state}">${t.state}</span></td><td class="wide">${t.attempt}/${t.max_attempts}</td><td class="dur">${durationText(t.started_at, t.finished_at, now)}</td><td class="note">${note}</td></tr>`;
+    return `<tr data-row="${t.id}"><td><a href="?task=${t.id}${sig}#log">${esc(t.name)}</a></td><td><span class="state st-${t.state}">${t.state}</span></td><td class="wide">${t.attempt}/${t.max_attempts}</td><td class="dur">${durationText(t.started_at, t.finished_at, now)}</td><td class="note">${esc(note)}</td></tr>`;
   });
-  return html`<div class="scroll"><table><thead><tr><th>task</th><th>state</th><th class="wide">attempt</th><th>duration</th><th>notes</th></tr></thead><tbody>${rows}</tbody></table></div>`;
+  return html`<div class="scroll"><table><thead><tr><th>task</th><th>state</th><th class="wide">attempt</th><th>duration</th><th>notes</th></tr></thead><tbody>${new Html(rows.join(''))}</tbody></table></div>`;
 }
 
 /** The open task's log panel: its attempts, download, "load earlier" and the lines. */
@@ -209,8 +226,9 @@ export async function renderJobPage(
   let panel = html`<p class="muted" id="log">Select a task to see its log.</p>`;
   let piece: LogPiece | null = null;
   if (open) {
-    piece = await logWindow(db, open.id, query.attempt);
-    panel = logPanel(job.id, open, await attemptsOf(db, open.id), piece, viewer);
+    const source = open.copied_from ?? open.id;
+    piece = await logWindow(db, source, query.attempt);
+    panel = logPanel(job.id, open, await attemptsOf(db, source), piece, viewer);
   }
   const data = {
     live: `/jobs/${job.id}/live`,
@@ -233,9 +251,9 @@ export async function renderJobPage(
 <div id="job-head">${header(job, project, rerunOf, now)}</div>
 <div class="actions" id="job-actions">${actions(job, tasks, viewer)}</div>
 <h2>Tasks</h2>
-${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${jobHref(job.id, viewer, { task: t.id })}#log`, open: open?.id, now })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
+${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${taskHref(t.id, viewer)}#log`, open: open?.id, now })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
 ${panel}
-${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, job.id, viewer, now)}` : ''}`;
+${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, viewer, now)}` : ''}`;
   return page({
     title: `#${job.number} ${shortRef(job.ref)} · ${project.name}`,
     body,
@@ -261,7 +279,7 @@ export async function liveJob(
   if (open && open.attempt > 0) {
     const piece = await logTail(
       db,
-      open.id,
+      open.copied_from ?? open.id,
       query.attempt ?? open.attempt,
       query.from ?? 0,
       query.line ?? 1,
@@ -293,15 +311,19 @@ export async function earlierLog(
   attempt: number,
   before: number,
 ): Promise<LogPiece> {
-  await taskOfJob(db, jobId, taskId);
-  return logWindow(db, taskId, attempt, before);
+  return logWindow(db, await logSource(db, jobId, taskId), attempt, before);
 }
 
-/** Fails with a 404 unless the task is one of the job's (a signed link opens one job only). */
-export async function taskOfJob(db: Queryable, jobId: string, taskId: string): Promise<void> {
-  const { rows } = await db.query('select 1 from tasks where id = $1 and job_id = $2', [
-    taskId,
-    jobId,
-  ]);
-  if (rows.length === 0) throw new NotFoundError(`job ${jobId} has no task ${taskId}`);
+/**
+ * The task whose log a task of the job shows: its own, or for a task a
+ * failed-only rerun kept, the original's. A 404 unless the task is one of the
+ * job's (a signed link opens one job only).
+ */
+export async function logSource(db: Queryable, jobId: string, taskId: string): Promise<string> {
+  const { rows } = await db.query<{ source: string }>(
+    'select coalesce(copied_from, id) as source from tasks where id = $1 and job_id = $2',
+    [taskId, jobId],
+  );
+  if (!rows[0]) throw new NotFoundError(`job ${jobId} has no task ${taskId}`);
+  return rows[0].source;
 }

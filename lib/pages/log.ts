@@ -4,6 +4,7 @@
 // runs, what was added since.
 import { AnsiUp } from 'ansi_up';
 import type { Queryable } from '../db/index.ts';
+import { NotFoundError } from '../errors.ts';
 import { countLogLines, MAX_LOG_PAGE_BYTES, readLog } from '../scheduler/task-log.ts';
 import { esc } from './html.ts';
 
@@ -45,6 +46,24 @@ export function renderLines(
   return { html: out.join(''), lines: parts.length, partial };
 }
 
+const nothing = (attempt: number): LogPiece => ({
+  attempt,
+  size: 0,
+  from: 0,
+  end: 0,
+  line: 1,
+  lines: 0,
+  partial: false,
+  html: '',
+});
+
+// An attempt with no row has no log: a task copied by a failed-only rerun
+// whose original job is gone, or one whose logs the retention deleted.
+const noAttempt = (attempt: number | undefined) => (err: unknown) => {
+  if (!(err instanceof NotFoundError)) throw err;
+  return { attempt: attempt ?? 0, size: 0, end: 0, text: '' };
+};
+
 /** The byte length of text up to and including its last line feed. */
 function completeBytes(text: string): number {
   const cut = text.lastIndexOf('\n');
@@ -62,10 +81,8 @@ export async function logWindow(
   attempt: number | undefined,
   before?: number,
 ): Promise<LogPiece> {
-  const head = await readLog(db, taskId, attempt, 0, 0);
-  if (head.attempt === 0) {
-    return { attempt: 0, size: 0, from: 0, end: 0, line: 1, lines: 0, partial: false, html: '' };
-  }
+  const head = await readLog(db, taskId, attempt, 0, 0).catch(noAttempt(attempt));
+  if (head.size === 0) return nothing(head.attempt);
   const end = Math.min(before ?? head.size, head.size);
   const start = Math.max(0, end - MAX_LOG_PAGE_BYTES);
   // One byte more, the one before the page: is the page's first line whole?
@@ -99,7 +116,8 @@ export async function logTail(
   from: number,
   line: number,
 ): Promise<LogPiece> {
-  const page = await readLog(db, taskId, attempt, from);
+  const page = await readLog(db, taskId, attempt, from).catch(noAttempt(attempt));
+  if (page.size === 0) return nothing(page.attempt);
   const rendered = renderLines(page.text, line);
   return {
     attempt: page.attempt,

@@ -7,6 +7,7 @@
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
 import type { JobState } from '../states.ts';
+import { MAX_INHERITED_OUTPUT_BYTES } from './outputs.ts';
 
 /** Skips every waiting or queued task reachable from `fromIds`; returns how many. */
 export async function skipReachable(
@@ -40,8 +41,10 @@ export interface PromoteResult {
  * Promotes the waiting tasks of a running job whose needs have all finished.
  * With `parentId`, only that task's children are considered (the completion
  * path); without, every waiting task of the job (the sweep). A child whose
- * producer declared an output it did not give fails instead, naming both; a
- * child of a task that did not succeed (and was not allowed to fail) is skipped.
+ * producer declared an output it did not give fails instead, naming both; so
+ * does a child whose producers' outputs weigh more than a claim may carry
+ * (MAX_INHERITED_OUTPUT_BYTES), naming the producers; a child of a task that
+ * did not succeed (and was not allowed to fail) is skipped.
  */
 export async function promoteReady(
   tx: Queryable,
@@ -64,6 +67,7 @@ export async function promoteReady(
     name: string;
     blocked_by: string | null;
     missing: string | null;
+    inherits: boolean;
   }>(
     `select w.id, w.name,
             (select string_agg(p.name, ', ' order by p.position)
@@ -76,7 +80,9 @@ export async function promoteReady(
                cross join lateral unnest(p.outputs) as o (name)
               where n.task_id = w.id
                 and not exists (select 1 from task_outputs x where x.task_id = p.id and x.name = o.name)
-            ) as missing
+            ) as missing,
+            exists (select 1 from task_needs n join task_outputs o on o.task_id = n.need_id
+                     where n.task_id = w.id) as inherits
        from ${candidates}
         and exists (select 1 from jobs j where j.id = $1 and j.state = 'running')
         and not exists (
@@ -95,6 +101,7 @@ export async function promoteReady(
   // that child.
   await tx.query('select 1 from jobs where id = $1 for no key update', [jobId]);
   const ready: string[] = [];
+  const inheriting: string[] = [];
   for (const row of rows) {
     if (row.blocked_by !== null) {
       // Normally skipped already by the failure itself; this catches the rest.
@@ -113,10 +120,23 @@ export async function promoteReady(
       );
       result.failed += rowCount ?? 0;
       result.skipped += await skipReachable(tx, [row.id], `skipped: ${row.name} failed`);
+    } else if (row.inherits) {
+      inheriting.push(row.id);
     } else {
       ready.push(row.id);
     }
   }
+  for (const heavy of await overweight(tx, inheriting)) {
+    const { rowCount } = await tx.query(
+      `update tasks set state = 'failed', finished_at = now(), error = $2
+        where id = $1 and state = 'waiting'`,
+      [heavy.id, heavy.error],
+    );
+    result.failed += rowCount ?? 0;
+    result.skipped += await skipReachable(tx, [heavy.id], `skipped: ${heavy.name} failed`);
+    inheriting.splice(inheriting.indexOf(heavy.id), 1);
+  }
+  ready.push(...inheriting);
   if (ready.length > 0) {
     // Conditional on 'waiting': when two follow-ups race to promote the same
     // child, the loser's UPDATE hits the winner's commit (40001), retries, and
@@ -129,6 +149,54 @@ export async function promoteReady(
     result.promoted += rowCount ?? 0;
   }
   return result;
+}
+
+/**
+ * Of the ready tasks `ids`, those whose needs' outputs weigh more than
+ * MAX_INHERITED_OUTPUT_BYTES as a claim answers them ({"task": {"name":
+ * "value"}}, each string JSON-escaped, as outputBytes counts them), with the
+ * error naming each producer and its weight. Only tasks that inherit outputs
+ * come here: reading the values' escaped lengths reads the values.
+ */
+async function overweight(
+  tx: Queryable,
+  ids: string[],
+): Promise<Array<{ id: string; name: string; error: string }>> {
+  if (ids.length === 0) return [];
+  const { rows } = await tx.query<{
+    id: string;
+    name: string;
+    producers: Array<{ name: string; bytes: number }>;
+  }>(
+    `select w.id, w.name,
+            (select json_agg(json_build_object('name', p.name, 'bytes', s.bytes) order by p.position)
+               from task_needs n join tasks p on p.id = n.need_id
+               cross join lateral (
+                 select sum(octet_length(to_jsonb(o.name)::text)
+                            + octet_length(to_jsonb(o.value)::text) + 2) as bytes
+                   from task_outputs o where o.task_id = p.id) s
+              where n.task_id = w.id and s.bytes is not null) as producers
+       from tasks w
+      where w.id = any($1::uuid[])`,
+    [ids],
+  );
+  const heavy: Array<{ id: string; name: string; error: string }> = [];
+  for (const row of rows) {
+    // Each producer is a key too, with its braces, colon and comma.
+    const weights = (row.producers ?? []).map((p) => ({
+      name: p.name,
+      bytes: Number(p.bytes) + Buffer.byteLength(JSON.stringify(p.name)) + 4,
+    }));
+    const total = weights.reduce((sum, p) => sum + p.bytes, 0);
+    if (total <= MAX_INHERITED_OUTPUT_BYTES) continue;
+    const named = weights.map((p) => `"${p.name}" (${p.bytes} bytes)`).join(', ');
+    heavy.push({
+      id: row.id,
+      name: row.name,
+      error: `needs ${total} bytes of outputs from ${named}; at most ${MAX_INHERITED_OUTPUT_BYTES} bytes (1 MiB) of inherited outputs per task are allowed`,
+    });
+  }
+  return heavy;
 }
 
 export interface FollowUpResult extends PromoteResult {

@@ -96,7 +96,7 @@ export async function countLogLines(
   const { rows } = await db.query<{ lines: string | null }>(
     `select sum(length(t) - length(replace(t, E'\\n', ''))) as lines
        from (select encode(case when byte_offset + size > $3 and length(data) = size
-                                then substring(data from 1 for $3 - byte_offset)
+                                then substring(data from 1 for ($3::bigint - byte_offset)::int)
                                 else data end, 'escape') as t
                from log_chunks
               where task_id = $1 and attempt = $2 and byte_offset < $3) c`,

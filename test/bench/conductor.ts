@@ -174,6 +174,8 @@ export function startStack(url: string, dataDir: string, poolMax: number): Promi
       PORT: '0',
       CONDUCTOR_DATA_DIR: dataDir,
       CONDUCTOR_DB_POOL_MAX: String(poolMax),
+      // webhookLatency's fake forge is on loopback.
+      CONDUCTOR_ALLOW_PRIVATE_FORGES: '1',
     },
     { sweep: false },
   );

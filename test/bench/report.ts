@@ -7,6 +7,7 @@ import type {
   LostRunner,
   WebhookLatency,
 } from './conductor.ts';
+import type { PageRender } from './pages.ts';
 import type { Rate } from './util.ts';
 
 export interface PerConcurrency {
@@ -35,6 +36,7 @@ export interface Results {
   fan?: CycleResult;
   webhook?: WebhookLatency;
   lostRunner?: LostRunner;
+  jobPage?: { matrix: PageRender; layered: PageRender };
   notes: string[];
 }
 
@@ -187,6 +189,17 @@ export function markdown(r: Results): string {
       `| lost runner: last heartbeat to the next claim (lease ${l.leaseS} s, idle poll ${l.pollMaxS} s), by takeover, sweep off | ${f1(l.takeoverS)} s |`,
       `| the same with the sweep only (every ${l.sweepIntervalS} s, then the next poll) | ${f1(l.sweepOnlyS)} s |`,
     );
+  }
+  if (r.jobPage) {
+    for (const [what, p] of [
+      ['3 matrices', r.jobPage.matrix],
+      ['no matrix, laid out by columns', r.jobPage.layered],
+    ] as const) {
+      lines.push(
+        `| GET /jobs/{id}, ${p.tasks.toLocaleString('en')} tasks (${what}; ${p.groups} groups), server time over ${p.samples} | p50 ${f1(p.p50)} ms, p99 ${f1(p.p99)} ms (first view, laying out: ${f0(p.firstMs)} ms) |`,
+        `| that page over the wire | ${f0(p.gzipBytes / 1024)} KB gzip (${f0(p.htmlBytes / 1024)} KB of HTML) |`,
+      );
+    }
   }
   for (const row of r.rows) {
     if (row.library) {

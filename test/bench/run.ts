@@ -19,6 +19,7 @@ import {
   webhookLatency,
 } from './conductor.ts';
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';
+import { jobPageRender } from './pages.ts';
 import { markdown, type PerConcurrency, type Results, svg, targets } from './report.ts';
 import { progress } from './util.ts';
 
@@ -37,6 +38,7 @@ const P = quick
       histories: [1_000, 100_000],
       webhookSamples: 20,
       webhookLimitMs: 15_000,
+      pageSamples: 30,
       // Not the defaults: the quick run cannot wait for a 45-s lease.
       lost: { leaseS: 3, pollMaxS: 1, sweepIntervalS: 2 },
     }
@@ -53,6 +55,7 @@ const P = quick
       histories: [1_000, 1_000_000],
       webhookSamples: 100,
       webhookLimitMs: 40_000,
+      pageSamples: 200,
       // The defaults: CONDUCTOR_LEASE_S, the runner's --poll-max-s, and the
       // local sweep's CONDUCTOR_SWEEP_INTERVAL_S.
       lost: { leaseS: 45, pollMaxS: 10, sweepIntervalS: 10 },
@@ -100,9 +103,9 @@ async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'conductor-bench-'));
   progress(`${results.mode} run; embedded PostgreSQL under ${work} (fsync on)`);
   const pg = await startEmbeddedPostgres({ dataDir: join(work, 'pg'), removeOnStop: true });
-  const dbs = ['lib', 'http', 'hist', 'hook', 'lost', 'graphile', 'pgboss', 'bare'];
+  const dbs = ['lib', 'http', 'hist', 'hook', 'lost', 'page', 'graphile', 'pgboss', 'bare'];
   for (const db of dbs) await pg.createDatabase(db);
-  for (const db of ['lib', 'http', 'hist', 'hook', 'lost']) await migrated(pg.url(db));
+  for (const db of ['lib', 'http', 'hist', 'hook', 'lost', 'page']) await migrated(pg.url(db));
   const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
   try {
     for (const c of P.concurrencies) {
@@ -217,6 +220,14 @@ async function main(): Promise<void> {
       progress(
         `  takeover ${results.lostRunner.takeoverS.toFixed(1)} s, sweep only ${results.lostRunner.sweepOnlyS.toFixed(1)} s`,
       );
+    });
+    await step('job page of 1,000 tasks', async () => {
+      results.jobPage = await jobPageRender(pg.url('page'), join(work, 'stack'), P.pageSamples);
+      for (const p of [results.jobPage.matrix, results.jobPage.layered]) {
+        progress(
+          `  ${p.groups} groups: p50 ${p.p50.toFixed(1)} ms, p99 ${p.p99.toFixed(1)} ms, first ${p.firstMs.toFixed(0)} ms, ${(p.gzipBytes / 1024).toFixed(0)} KB gzip`,
+        );
+      }
     });
     let history = 0;
     const { createPool } = await import('../../lib/db/index.ts');

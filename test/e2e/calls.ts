@@ -4,9 +4,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { signBody } from '../../lib/forge/webhook.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
 import { type FakeForge, startFakeForge } from '../helpers/fake-forge.ts';
 import { type TestStack, testStack } from '../helpers/stack.ts';
-import type { Forge } from './payloads.ts';
+import { type Forge, pipeline, sha } from './payloads.ts';
 
 /** A JSON value from the API, read field by field in assertions. */
 // biome-ignore lint/suspicious/noExplicitAny: answers are checked by assertions, not by types.
@@ -81,6 +82,29 @@ export async function deliverRunning(
   const view = await waitForJob(stack, hook.body.job_id);
   assert.equal(view.job.state, 'running', JSON.stringify(view.job));
   return { hook, view };
+}
+
+/**
+ * Pushes `tasks` (every one labelled `label`, see pipeline()) to a GitHub
+ * project on a branch named after the label, and waits for the job to run;
+ * answers the job's id.
+ */
+export async function pushRunning(
+  e2e: { fake: FakeForge; stack: TestStack },
+  project: { repo: string; secret: string },
+  label: string,
+  tasks: string,
+): Promise<string> {
+  const commit = sha(label);
+  e2e.fake.setFile(project.repo, commit, pipeline(label, tasks));
+  const { hook } = await deliverRunning(
+    e2e.stack,
+    'github',
+    'push',
+    githubPush(project.repo, commit, { ref: `refs/heads/${label}` }),
+    project.secret,
+  );
+  return hook.body.job_id;
 }
 
 export interface CreatedProject {
@@ -195,14 +219,15 @@ export async function getJob(stack: TestStack, jobId: string): Promise<Record<st
 
 /**
  * Polls GET /v1/jobs/{id} until `until` holds (default: the job left
- * `pending`), for at most 5 s; the compile runs after the webhook answered.
+ * `pending`), for at most 30 s (a deadline for a loaded machine, not a speed
+ * claim); the compile runs after the webhook answered.
  */
 export async function waitForJob(
   stack: TestStack,
   jobId: string,
   until: (view: Record<string, Json>) => boolean = (v) => v.job.state !== 'pending',
 ): Promise<Record<string, Json>> {
-  const deadline = Date.now() + 5_000;
+  const deadline = Date.now() + 30_000;
   for (;;) {
     const view = await getJob(stack, jobId);
     if (until(view)) return view;

@@ -114,7 +114,7 @@ export interface FakeStatusForge {
   /** Leaves status posts unanswered until `release()`; they are then answered as the fake then is. */
   hold(): void;
   release(): void;
-  /** Polls until `count` status posts for `sha` have arrived (5 s at most); answers them. */
+  /** Polls until `count` status posts for `sha` have arrived (30 s at most); answers them. */
   waitForStatuses(sha: string, count: number): Promise<StatusPost[]>;
   close(): Promise<void>;
 }
@@ -422,7 +422,8 @@ export async function startFakeForge(
       gate = null;
     },
     async waitForStatuses(sha, count) {
-      const deadline = Date.now() + 5_000;
+      // A deadline for a loaded machine, not a speed claim.
+      const deadline = Date.now() + 30_000;
       for (;;) {
         const seen = withStatuses.statusesFor(sha);
         if (seen.length >= count) return seen;

@@ -38,6 +38,9 @@ export async function testStack(
       PORT: '0',
       CONDUCTOR_DATA_DIR: dataDir,
       CONDUCTOR_DB_POOL_MAX: '10',
+      // The fake forges are on loopback, which the control plane refuses to
+      // call otherwise; a test of that refusal passes '' to unset it.
+      CONDUCTOR_ALLOW_PRIVATE_FORGES: '1',
       ...env,
     },
     { sweep: false },

@@ -17,6 +17,9 @@ const secrets: Record<string, unknown> = {
     dbname: 'ignored',
   },
   'arn:app': { admin_token: 'admin-token-from-secrets-manager', secret_key: generateKey() },
+  // The split layout: the admin token alone, and the sealing key as the raw value.
+  'arn:admin': { admin_token: 'admin-token-alone' },
+  'arn:key': `${'ab'.repeat(32)}\n`,
 };
 const tokens: string[] = [];
 const server = createServer((req, res) => {
@@ -28,7 +31,9 @@ const server = createServer((req, res) => {
     return;
   }
   res.writeHead(200, { 'content-type': 'application/json' });
-  res.end(JSON.stringify({ SecretString: JSON.stringify(value) }));
+  res.end(
+    JSON.stringify({ SecretString: typeof value === 'string' ? value : JSON.stringify(value) }),
+  );
 });
 await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
 after(() => new Promise<void>((r) => server.close(() => r())));
@@ -58,15 +63,68 @@ test('deployed, the database credentials and the app keys come from Secrets Mana
   }
 });
 
-test('deployed without a database or keys, the function fails naming what is missing', async () => {
+test('deployed without a database the function fails naming it; without keys, where they are used', async () => {
   await assert.rejects(
     contextFromEnv({}),
     (e) => e instanceof ConfigError && /DATABASE_URL or CONDUCTOR_DB_SECRET_ARN/.test(e.message),
   );
-  await assert.rejects(
-    contextFromEnv({ DATABASE_URL: 'postgres://x@y/z' }),
-    /CONDUCTOR_SECRET_KEY or CONDUCTOR_APP_SECRET_ARN/,
-  );
+  // The heartbeat is given neither the sealing key nor the admin token: it
+  // starts, and only a use of either fails, naming what it was not given.
+  const ctx = await contextFromEnv({ DATABASE_URL: 'postgres://x@y/z' });
+  try {
+    assert.throws(
+      () => ctx.keyring.keys,
+      (e) =>
+        e instanceof ConfigError &&
+        /CONDUCTOR_SECRET_KEY or CONDUCTOR_SECRET_KEY_ARN/.test(e.message),
+    );
+    assert.throws(() => ctx.adminToken, /CONDUCTOR_ADMIN_TOKEN or CONDUCTOR_APP_SECRET_ARN/);
+  } finally {
+    await ctx.pool.end();
+  }
+});
+
+test('split secrets: the sealing key from its own secret, the admin token from the app secret', async () => {
+  const ctx = await contextFromEnv({
+    PARAMETERS_SECRETS_EXTENSION_HTTP_PORT: port,
+    DATABASE_URL: 'postgres://x@y/z',
+    CONDUCTOR_SECRET_KEY_ARN: 'arn:key',
+    CONDUCTOR_APP_SECRET_ARN: 'arn:admin',
+  });
+  try {
+    assert.equal(ctx.adminToken, 'admin-token-alone');
+    assert.equal(ctx.keyring.keys.size, 1);
+    assert.deepEqual([...ctx.keyring.keys.values()][0], Buffer.from('ab'.repeat(32), 'hex'));
+  } finally {
+    await ctx.pool.end();
+  }
+});
+
+test('with an IAM database user, the function connects with a token as that user, verifying TLS', async () => {
+  const ctx = await contextFromEnv({
+    CONDUCTOR_DB_IAM_USER: 'conductor_app',
+    CONDUCTOR_DB_HOST: 'cluster.local',
+    CONDUCTOR_DB_NAME: 'conductor',
+    CONDUCTOR_DB_TLS: 'verify-full',
+    CONDUCTOR_SECRET_KEY: generateKey(),
+    AWS_ACCESS_KEY_ID: 'AKIDEXAMPLE',
+    AWS_SECRET_ACCESS_KEY: 'secret',
+    AWS_SESSION_TOKEN: 'session',
+    AWS_REGION: 'eu-west-1',
+  });
+  try {
+    const options = (ctx.pool as unknown as { options: Record<string, unknown> }).options;
+    assert.equal(options.connectionString, undefined);
+    assert.equal(options.user, 'conductor_app');
+    assert.equal(options.host, 'cluster.local');
+    assert.equal(options.database, 'conductor');
+    assert.deepEqual(options.ssl, { rejectUnauthorized: true });
+    const token = await (options.password as () => Promise<string>)();
+    assert.match(token, /^cluster\.local:5432\/\?Action=connect&DBUser=conductor_app&/);
+    assert.match(token, /X-Amz-Security-Token=session&/);
+  } finally {
+    await ctx.pool.end();
+  }
 });
 
 test('a secret the extension cannot read fails the cold start with its ARN', async () => {

@@ -6,19 +6,14 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { formatDuration } from '../../lib/duration.ts';
+import { Masker } from '../../lib/masking.ts';
 import { Backoff } from '../../runner/backoff.ts';
 import { parseRunnerArgs } from '../../runner/cli.ts';
 import { HttpStatusError } from '../../runner/client.ts';
 import { exportFile, scriptEnvironment, taskVariables, toolEnvironment } from '../../runner/env.ts';
 import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../runner/git.ts';
 import { containerName, dockerRunArgs, startRunner, type Task } from '../../runner/index.ts';
-import {
-  chunkEnd,
-  LogStream,
-  maskList,
-  maskText,
-  unsafeSuffixLength,
-} from '../../runner/logstream.ts';
+import { chunkEnd, LogStream } from '../../runner/logstream.ts';
 import { OutputsError, parseOutputs } from '../../runner/outputs.ts';
 import { wrapperScript } from '../../runner/script.ts';
 import { tempDir, waitFor } from './support.ts';
@@ -231,9 +226,13 @@ test('chunks end on a UTF-8 character boundary, after a newline when one is near
 });
 
 test('masking covers each secret and each line of a secret that spans lines, longest first', () => {
-  const masks = maskList(['ab', 'abcdef', 'line-one\nline-two', 'abc']);
-  assert.deepEqual(masks, ['line-one\nline-two', 'line-one', 'line-two', 'abcdef', 'abc']);
-  assert.equal(maskText('abcdef abc ab line-two', masks), '*** *** ab ***');
+  const masker = new Masker(['abc', 'abcdef', 'line-one\nline-two', 'abcd']);
+  assert.deepEqual(
+    masker.forms.filter((f) => /^[a-z-]+(\n[a-z-]+)?$/.test(f)),
+    ['line-one\nline-two', 'line-one', 'line-two', 'abcdef', 'abcd'],
+    'values shorter than 4 characters are not masked',
+  );
+  assert.equal(masker.mask('abcdef abcd abc line-two'), '*** *** abc ***');
 });
 
 /** A sink that stores like the control plane: a chunk at a stored offset is kept once. */
@@ -265,7 +264,7 @@ test('a log stream resends from its offset after failures, and every byte is sto
       if (calls === 3) throw new HttpStatusError('POST', '/logs', 502, null); // stored, answer lost
       return size;
     },
-    { flushMs: 10_000, chunkBytes: 10, masks: ['s3cret'] },
+    { flushMs: 10_000, chunkBytes: 10, masker: new Masker(['s3cret']) },
   );
   stream.write('hello wörld\n');
   stream.write('the s3cret is out\n');
@@ -282,7 +281,7 @@ test('a partial line is sent after a flush interval, but never the start of a se
       sent.push(data);
       return offset + Buffer.byteLength(data);
     },
-    { flushMs: 20, chunkBytes: 1024, masks: maskList(['supersecretvalue']) },
+    { flushMs: 20, chunkBytes: 1024, masker: new Masker(['supersecretvalue']) },
   );
   stream.write('the key: supers');
   await waitFor('the partial line to go', () => (sent.length > 0 ? true : undefined));
@@ -290,8 +289,11 @@ test('a partial line is sent after a flush interval, but never the start of a se
   stream.write('ecretvalue\n');
   await stream.close(5_000);
   assert.deepEqual(sent, ['the key: ', '***\n']);
-  assert.equal(unsafeSuffixLength('x supersecret', ['supersecretvalue', 'secretive']), 11);
-  assert.equal(unsafeSuffixLength('nothing here', ['supersecretvalue']), 0);
+  const masker = new Masker(['supersecretvalue', 'secretive']);
+  assert.equal(masker.unsafeSuffixLength('x supersecret'), 11);
+  assert.equal(masker.unsafeSuffixLength('x super\\u0073ecr'), 14, 'a JSON escape inside');
+  assert.equal(masker.unsafeSuffixLength('x supersecret%7'), 13, 'the start of a URL escape');
+  assert.equal(masker.unsafeSuffixLength('nothing here'), 0);
 });
 
 test('a log stream that is ahead of the control plane goes on from the size it is told', async () => {
@@ -307,7 +309,7 @@ test('a log stream that is ahead of the control plane goes on from the size it i
       }
       return server.store(offset === 3 ? 3 : offset, data);
     },
-    { flushMs: 10_000, chunkBytes: 3, masks: [] },
+    { flushMs: 10_000, chunkBytes: 3, masker: new Masker([]) },
   );
   stream.write('abcdef\n');
   await stream.close(10_000);
@@ -320,7 +322,12 @@ test('a log stream stops uploading at the log limit and reports it once', async 
     async () => {
       throw new HttpStatusError('POST', '/logs', 413, null);
     },
-    { flushMs: 10_000, chunkBytes: 4, masks: [], onStopped: (r) => stopped.push(r) },
+    {
+      flushMs: 10_000,
+      chunkBytes: 4,
+      masker: new Masker([]),
+      onStopped: (r) => stopped.push(r),
+    },
   );
   stream.write('0123456789\n');
   await stream.close(5_000);

@@ -201,8 +201,38 @@ export interface OutboxRow {
   last_error: string | null;
   claimed: boolean;
   due: boolean;
-  /** Seconds from now until the next attempt (negative when due). */
-  next_in_s: number;
+  next_attempt_at: Date;
+}
+
+/** The database's clock, read before and after `action` runs: when whatever it wrote was written. */
+export async function during<T>(
+  stack: TestStack,
+  action: () => Promise<T>,
+): Promise<{ value: T; from: Date; to: Date }> {
+  const clock = async () =>
+    (await stack.context.pool.query<{ t: Date }>('select clock_timestamp() as t')).rows[0]!.t;
+  const from = await clock();
+  const value = await action();
+  return { value, from, to: await clock() };
+}
+
+/**
+ * Asserts that `row` waits `seconds` from a moment within `window`: its next
+ * attempt was set that far ahead by what ran in it, however slowly the test
+ * got there (a wait measured from now would shrink on a loaded machine).
+ */
+export function assertWaits(
+  row: OutboxRow,
+  seconds: number,
+  window: { from: Date; to: Date },
+  what = 'the backoff',
+): void {
+  const set = row.next_attempt_at.getTime() - seconds * 1000;
+  // Dates carry milliseconds, the server microseconds: 1 ms either way.
+  assert.ok(
+    set >= window.from.getTime() - 1 && set <= window.to.getTime() + 1,
+    `${what}: next attempt at ${row.next_attempt_at.toISOString()}, not ${seconds} s after a moment in ${window.from.toISOString()} to ${window.to.toISOString()}`,
+  );
 }
 
 /** The job's outbox rows, oldest first. */
@@ -211,16 +241,16 @@ export async function outbox(stack: TestStack, jobId: string): Promise<OutboxRow
     `select id::int as id, state, description, attempts, result, last_error,
             coalesce(claimed_until > now(), false) as claimed,
             next_attempt_at <= now() as due,
-            extract(epoch from next_attempt_at - now())::float8 as next_in_s
+            next_attempt_at
        from status_outbox where job_id = $1 order by id`,
     [jobId],
   );
   return rows;
 }
 
-/** Polls until `check` holds (5 s at most). */
+/** Polls until `check` holds (30 s at most: a deadline for a loaded machine, not a speed claim). */
 export async function waitUntil(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 5_000;
+  const deadline = Date.now() + 30_000;
   while (!(await check())) {
     if (Date.now() > deadline) assert.fail(`timed out waiting until ${what}`);
     await sleep(10);

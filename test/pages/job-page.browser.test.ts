@@ -9,6 +9,8 @@ import { launchBrowser, newPage, runningJob, runTask, screenshot, signIn } from 
 const REPO = 'acme/pages';
 const SECRET = 'hunter2-deploy-token';
 const e2e = await startE2E(import.meta.filename, {
+  // The fake forge is on loopback.
+  env: { CONDUCTOR_ALLOW_PRIVATE_FORGES: '1' },
   projects: { project: { forge: 'github', id: 'pages', repo: REPO, cancel_superseded: false } },
 });
 const { stack } = e2e;
@@ -60,30 +62,15 @@ test('a running job shows its graph, and a task turns success on the page withou
     (await page.locator('[data-task-name="lint"]').textContent()) ?? '',
     /allowed to fail/,
   );
-  await page.evaluate(() => {
-    (window as unknown as { kept: boolean }).kept = true;
-  });
+  await page.evaluate('window.kept = true');
 
   await runTask(stack, job.token); // build
-  await page.waitForFunction(
-    () =>
-      document.querySelector('[data-task-name="build"]')?.getAttribute('data-state') === 'success',
-    undefined,
-    { timeout: 5_000 },
-  );
+  await page.locator('[data-task-name="build"][data-state="success"]').waitFor({ timeout: 5_000 });
   assert.match((await page.locator('[data-task-name="build"]').textContent()) ?? '', /success/);
-  await page.waitForFunction(
-    () =>
-      document.querySelector('[data-task-name="test (node: 20)"]')?.getAttribute('data-state') ===
-      'queued',
-    undefined,
-    { timeout: 5_000 },
-  );
-  assert.equal(
-    await page.evaluate(() => (window as unknown as { kept?: boolean }).kept),
-    true,
-    'the page was not reloaded',
-  );
+  await page
+    .locator('[data-task-name="test (node: 20)"][data-state="queued"]')
+    .waitFor({ timeout: 5_000 });
+  assert.equal(await page.evaluate('window.kept'), true, 'the page was not reloaded');
   await screenshot(page, 'job-running-1280x800');
   const phone = await newPage(browser, { width: 390, height: 844 });
   await signIn(phone.page, stack);
@@ -114,7 +101,7 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
   const red = await log
     .locator('span', { hasText: 'red failure' })
     .last()
-    .evaluate((el) => getComputedStyle(el).color);
+    .evaluate('(el) => getComputedStyle(el).color');
   assert.equal(red, 'rgb(187, 0, 0)', 'ansi_up red');
   assert.ok(!(await page.content()).includes(SECRET));
 
@@ -125,23 +112,15 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
     data: 'deployed\n',
   });
   assert.equal(res.status, 200, res.text);
-  await page.waitForFunction(
-    () => document.querySelector('[data-log]')?.textContent?.endsWith('deployed\n'),
-    undefined,
-    { timeout: 5_000 },
-  );
-  assert.equal(await page.locator('#L3').count(), 1, 'the new line is line 3, with its anchor');
+  await page.locator('[data-log] #L3', { hasText: 'deployed' }).waitFor({ timeout: 5_000 });
+  assert.equal(await log.textContent(), 'red failure and green\nusing *** now\ndeployed\n');
   res = await complete(stack, job.token, task.id, {
     lease_id: task.lease_id,
     outcome: 'success',
     exit_code: 0,
   });
   assert.equal(res.status, 200, res.text);
-  await page.waitForFunction(
-    () => document.querySelector('[data-job-state]')?.getAttribute('data-job-state') === 'success',
-    undefined,
-    { timeout: 5_000 },
-  );
+  await page.locator('[data-job-state="success"]').waitFor({ timeout: 5_000 });
   assert.equal(await log.textContent(), 'red failure and green\nusing *** now\ndeployed\n');
   await screenshot(page, 'job-finished-1280x800');
   const phone = await newPage(browser, { width: 390, height: 844 });

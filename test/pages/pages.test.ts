@@ -1,0 +1,287 @@
+// The pages over plain HTTP (no browser): signed links and sessions, CSRF on
+// the forms, approve from the page, the log read page by page (the API's
+// limit, the page's last MiB with its line numbers, "load earlier", the
+// CLI), gzip, and bad query values.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import {
+  JOB_LINK_TTL_S,
+  newSession,
+  readSession,
+  sessionCookie,
+  signJobLink,
+  verifyJobLink,
+} from '../../lib/pages/access.ts';
+import { generateKey, parseKeyring } from '../../lib/secrets.ts';
+import { runCtl } from '../../local/ctl.ts';
+import {
+  claimTask,
+  createWorker,
+  getJob,
+  sendWebhook,
+  startE2E,
+  uploadLog,
+  waitForJob,
+} from '../e2e/calls.ts';
+import { sha } from '../e2e/payloads.ts';
+import { githubPullRequest } from '../forge/fixtures/github.ts';
+import { runningJob } from './support.ts';
+
+const e2e = await startE2E(import.meta.filename, {
+  // The fake forge is on loopback.
+  env: { CONDUCTOR_ALLOW_PRIVATE_FORGES: '1' },
+  projects: {
+    project: { forge: 'github', id: 'paged', repo: 'acme/paged', cancel_superseded: false },
+  },
+});
+const { stack } = e2e;
+
+/** Signs in over HTTP; answers the Cookie header value to send. */
+async function session(): Promise<string> {
+  const res = await fetch(`${stack.url}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ token: stack.adminToken, next: '/' }),
+    redirect: 'manual',
+  });
+  assert.equal(res.status, 303);
+  const cookie = res.headers.getSetCookie()[0]!;
+  assert.match(
+    cookie,
+    /^conductor_session=[^;]+; Path=\/; HttpOnly; SameSite=Strict; Max-Age=\d+$/,
+  );
+  return cookie.split(';')[0]!;
+}
+
+const get = (path: string, headers: Record<string, string> = {}) =>
+  fetch(`${stack.url}${path}`, { headers, redirect: 'manual' });
+
+test('a signed link opens its own job only, until it expires; a rotated key still opens links it signed', () => {
+  const old = generateKey();
+  const keyring = parseKeyring(old);
+  const job = '0b5c43c2-3c51-4b8e-9a57-0e0c4f8d2c11';
+  const sig = signJobLink(keyring, job);
+  assert.equal(verifyJobLink(keyring, job, sig), true);
+  assert.equal(verifyJobLink(keyring, job.toUpperCase(), sig), true);
+  assert.equal(verifyJobLink(keyring, '1b5c43c2-3c51-4b8e-9a57-0e0c4f8d2c11', sig), false);
+  const expires = Number(sig.split('.')[0]);
+  const now = Math.floor(Date.now() / 1000);
+  assert.ok(Math.abs(expires - (now + JOB_LINK_TTL_S)) < 5, 'valid for 90 days');
+  assert.equal(
+    verifyJobLink(keyring, job, `${now + 10 * JOB_LINK_TTL_S}.${sig.split('.')[1]}`),
+    false,
+  );
+  assert.equal(verifyJobLink(keyring, job, signJobLink(keyring, job, now - 1)), false, 'expired');
+  assert.equal(verifyJobLink(parseKeyring(`${generateKey()},${old}`), job, sig), true);
+  assert.equal(verifyJobLink(parseKeyring(generateKey()), job, sig), false);
+  for (const bad of ['', 'x', `${expires}.`, `${expires}.${'A'.repeat(43)}`]) {
+    assert.equal(verifyJobLink(keyring, job, bad), false, bad);
+  }
+});
+
+test("a session is the admin token's: a new admin token ends it; the cookie is Secure except on loopback", () => {
+  const keyring = parseKeyring(generateKey());
+  const s = newSession(keyring, 'admin-token-one-1234');
+  assert.deepEqual(readSession(keyring, 'admin-token-one-1234', s.value)?.id, s.id);
+  assert.equal(readSession(keyring, 'admin-token-two-1234', s.value), null);
+  assert.equal(readSession(keyring, 'admin-token-one-1234', `${s.value.slice(0, -1)}x`), null);
+  assert.match(sessionCookie(s.value, 'ci.example.test'), /; Secure;/);
+  assert.doesNotMatch(sessionCookie(s.value, '127.0.0.1:8080'), /Secure/);
+  assert.doesNotMatch(sessionCookie(s.value, 'localhost:8080'), /Secure/);
+  assert.match(sessionCookie(null, 'ci.example.test'), /Max-Age=0/);
+});
+
+test("a form without the session's CSRF token changes nothing; without a session it goes to /login", async () => {
+  const job = await runningJob(e2e, 'csrf', '  a:\n    script: [make]\n');
+  const cookie = await session();
+  let res = await fetch(`${stack.url}/jobs/${job.jobId}/cancel`, {
+    method: 'POST',
+    headers: { cookie },
+    body: new URLSearchParams({ csrf: 'forged' }),
+    redirect: 'manual',
+  });
+  assert.equal(res.status, 403);
+  res = await fetch(`${stack.url}/jobs/${job.jobId}/cancel`, {
+    method: 'POST',
+    body: new URLSearchParams({ csrf: 'forged' }),
+    redirect: 'manual',
+  });
+  assert.equal(res.status, 302);
+  assert.match(res.headers.get('location')!, /^\/login\?next=/);
+  assert.equal((await getJob(stack, job.jobId)).job.state, 'running');
+
+  // With the token from the page, the cancel goes through.
+  const pageHtml = await (await get(`/jobs/${job.jobId}`, { cookie })).text();
+  const csrf =
+    /action="\/jobs\/[^"]+\/cancel"><input type="hidden" name="csrf" value="([^"]+)"/.exec(
+      pageHtml,
+    )?.[1];
+  assert.ok(csrf, 'the page has a cancel form with its token');
+  res = await fetch(`${stack.url}/jobs/${job.jobId}/cancel`, {
+    method: 'POST',
+    headers: { cookie },
+    body: new URLSearchParams({ csrf }),
+    redirect: 'manual',
+  });
+  assert.equal(res.status, 303);
+  assert.equal(res.headers.get('location'), `/jobs/${job.jobId}`);
+  assert.equal((await getJob(stack, job.jobId)).job.state, 'cancelled');
+});
+
+test("a blocked job's page offers approve, and approving from it lets the job go on", async () => {
+  const repo = e2e.projects.project.project.repo;
+  const head = sha('fork-head');
+  e2e.fake.setFile('mallory/paged', head, 'version: 1\ntasks:\n  a:\n    script: [make]\n');
+  e2e.fake.setFile(repo, head, 'version: 1\ntasks:\n  a:\n    script: [make]\n');
+  const hook = await sendWebhook(
+    stack,
+    'github',
+    'pull_request',
+    githubPullRequest('opened', { repo, number: 7, headSha: head, headRepo: 'mallory/paged' }),
+    { secret: e2e.projects.project.secret },
+  );
+  assert.equal(hook.status, 202, hook.text);
+  const jobId = hook.body.job_id;
+  assert.equal((await getJob(stack, jobId)).job.state, 'blocked');
+  const cookie = await session();
+  const pageHtml = await (await get(`/jobs/${jobId}`, { cookie })).text();
+  assert.match(pageHtml, /data-job-state="blocked"/);
+  const csrf =
+    /action="\/jobs\/[^"]+\/approve"><input type="hidden" name="csrf" value="([^"]+)"/.exec(
+      pageHtml,
+    )?.[1];
+  assert.ok(csrf, 'the page has an approve form');
+  const res = await fetch(`${stack.url}/jobs/${jobId}/approve`, {
+    method: 'POST',
+    headers: { cookie },
+    body: new URLSearchParams({ csrf }),
+    redirect: 'manual',
+  });
+  assert.equal(res.status, 303);
+  const view = await waitForJob(
+    stack,
+    jobId,
+    (v) => v.job.state !== 'blocked' && v.job.state !== 'pending',
+  );
+  assert.equal(view.job.state, 'running');
+  assert.equal(view.job.trusted, false, 'approval never grants trust');
+});
+
+test('a log over 1 MiB: the API answers it page by page, the job page shows its last MiB numbered from the right line, and "load earlier" brings the rest', async () => {
+  const job = await runningJob(e2e, 'big', '  a:\n    script: [make]\n');
+  const task = await claimTask(stack, job.token);
+  const lines = Array.from({ length: 60_000 }, (_, i) => `line ${i + 1} ${'x'.repeat(30)}\n`);
+  const full = lines.join('');
+  let offset = 0;
+  for (let i = 0; i < lines.length; i += 20_000) {
+    const data = lines.slice(i, i + 20_000).join('');
+    const res = await uploadLog(stack, job.token, task.id, {
+      lease_id: task.lease_id,
+      offset,
+      data,
+    });
+    assert.equal(res.status, 200, res.text);
+    offset += Buffer.byteLength(data);
+  }
+  assert.ok(offset > 2 * 1024 * 1024);
+
+  // The API: at most `limit` bytes, x-log-end names the next page.
+  let got = '';
+  let at = 0;
+  for (let pages = 0; at < offset; pages++) {
+    assert.ok(pages < 10);
+    const res = await stack.call('GET', `/v1/tasks/${task.id}/log?offset=${at}&limit=700000`, {
+      token: stack.adminToken,
+    });
+    assert.equal(res.status, 200, res.text);
+    assert.ok(Buffer.byteLength(res.text) <= 700_000);
+    assert.equal(res.headers.get('x-log-size'), String(offset));
+    got += res.text;
+    at = Number(res.headers.get('x-log-end'));
+  }
+  assert.equal(got, full);
+  const tooBig = await stack.call('GET', `/v1/tasks/${task.id}/log?limit=${2 * 1024 * 1024}`, {
+    token: stack.adminToken,
+  });
+  assert.equal(tooBig.status, 400);
+  assert.match(tooBig.text, /limit/);
+
+  // The CLI reads every page.
+  const out: string[] = [];
+  const code = await runCtl(['log', task.id, '--url', stack.url], {
+    out: (l) => out.push(l),
+    env: { CONDUCTOR_ADMIN_TOKEN: stack.adminToken },
+  });
+  assert.equal(code, 0);
+  assert.equal(out.join('\n'), full);
+
+  // The page: the last MiB, starting at a whole line with its own number.
+  const cookie = await session();
+  const res = await get(`/jobs/${job.jobId}?task=${task.id}`, {
+    cookie,
+    'accept-encoding': 'gzip',
+  });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-encoding'), 'gzip');
+  const pageHtml = await res.text();
+  const data = JSON.parse(
+    /<script type="application\/json" id="page-data">(.*?)<\/script>/.exec(pageHtml)![1]!,
+  );
+  const shownFrom = data.firstLine as number;
+  assert.ok(shownFrom > 1, 'the first lines are left for "load earlier"');
+  const first = new RegExp(
+    `<span class="l" id="L${shownFrom}"><a class="n" href="#L${shownFrom}" data-n="${shownFrom}" aria-label="line ${shownFrom}"></a>line ${shownFrom} x`,
+  );
+  assert.match(pageHtml, first);
+  assert.match(pageHtml, /id="L60000".*line 60000 x/);
+  assert.ok(offset - data.from <= 1024 * 1024);
+
+  // "Load earlier", until the first line.
+  let before = data.from as number;
+  let line = shownFrom;
+  while (before > 0) {
+    const earlier = await get(`/jobs/${job.jobId}/log?task=${task.id}&attempt=1&before=${before}`, {
+      cookie,
+    });
+    assert.equal(earlier.status, 200);
+    const piece = (await earlier.json()) as {
+      line: number;
+      lines: number;
+      html: string;
+      from: number;
+    };
+    assert.equal(
+      piece.line + piece.lines,
+      line,
+      'the earlier page ends where the shown one starts',
+    );
+    assert.match(piece.html, new RegExp(`id="L${piece.line}".*>line ${piece.line} x`));
+    before = piece.from;
+    line = piece.line;
+  }
+  assert.equal(line, 1);
+});
+
+test('the live route answers bad query values with a 400 naming them, and pages need no admin bearer token', async () => {
+  const job = await runningJob(e2e, 'bad-query', '  a:\n    script: [make]\n');
+  const cookie = await session();
+  for (const [query, field] of [
+    ['from=-1', 'from'],
+    ['task=nope', 'task'],
+    ['line=0', 'line'],
+  ] as const) {
+    const res = await get(`/jobs/${job.jobId}/live?${query}`, { cookie });
+    assert.equal(res.status, 400, query);
+    assert.match(await res.text(), new RegExp(field));
+  }
+  const live = await get(`/jobs/${job.jobId}/live`, { cookie });
+  assert.equal(live.status, 200);
+  const body = (await live.json()) as { state: string; tasks: { state: string }[] };
+  assert.equal(body.state, 'running');
+  assert.deepEqual(
+    body.tasks.map((t: { state: string }) => t.state),
+    ['queued'],
+  );
+  const worker = await createWorker(stack, ['unused'], 'unused');
+  const asWorker = await get(`/jobs/${job.jobId}`, { authorization: `Bearer ${worker.token}` });
+  assert.equal(asWorker.status, 302, 'a bearer token is no session');
+});
