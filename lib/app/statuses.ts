@@ -1,23 +1,22 @@
-// Delivering commit statuses from the outbox to GitHub and Gitea, outside any
-// transaction: right after the change that wrote them commits (best effort),
-// and from the sweep for whatever is still due, with exponential backoff, until
-// a bounded time has passed. Only a job's newest row is posted; rows of one job
-// are never posted concurrently, so a late delivery never overwrites a newer
-// state, and posting the same state twice is harmless to the forge.
+// Delivering commit statuses from the outbox (lib/scheduler/outbox.ts) to
+// GitHub and Gitea (lib/forge/statuses.ts), outside any transaction: right
+// after the change that wrote them commits (best effort), and from the sweep
+// for whatever is still due, with exponential backoff, until a bounded time
+// has passed. Only a job's newest row is posted; rows of one job are never
+// posted concurrently, so a late delivery never overwrites a newer state, and
+// posting the same state twice is harmless to the forge.
 import type { AppContext } from '../context.ts';
-import { type Pool, transaction } from '../db/index.ts';
-import {
-  apiBase,
-  callForge,
-  type ForgeAnswer,
-  ForgeRefusedError,
-  ForgeTransportError,
-  forgeHeaders,
-  transportErrorText,
-} from '../forge/client.ts';
+import type { Pool } from '../db/index.ts';
+import { postStatus, StatusRefusedError } from '../forge/statuses.ts';
 import { openGate } from '../idle/gate.ts';
 import { log } from '../log.ts';
 import { signJobLink } from '../pages/access.ts';
+import {
+  type ClaimedStatus,
+  claimStatus,
+  finishStatus,
+  jobsWithStatusesDue,
+} from '../scheduler/outbox.ts';
 import type { Keyring } from '../secrets.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
 
@@ -41,154 +40,40 @@ export interface DeliverySummary {
   statuses_given_up: number;
 }
 
-// How long a deliverer may hold a job's row while the forge answers.
-const CLAIM_S = 60;
 const BACKOFF_BASE_S = 5;
 const BACKOFF_CAP_S = 600;
 
-interface Claimed {
-  id: number;
-  job_id: string;
-  state: string;
-  description: string;
-  attempts: number;
-  created_at: Date;
-  sha: string;
-  project_id: string;
-  pipeline_name: string | null;
-}
-
-/**
- * Claims the newest open row of the commit a job builds, superseding the older
- * ones; null when it is not due yet or another deliverer holds one. The forge
- * keeps one status per commit and context, which every job of that commit
- * shares (a rerun, a manual run of the same commit, the job it superseded), so
- * rows are ordered per commit, not per job.
- */
-async function claim(
-  pool: Pool,
-  jobId: string,
-): Promise<{ row: Claimed | null; superseded: number }> {
-  return transaction(
-    pool,
-    async (tx) => {
-      // Locking the commit's open rows serialises its deliverers.
-      const { rows } = await tx.query<{ id: number; claimed: boolean; due: boolean }>(
-        `select o.id, coalesce(o.claimed_until > now(), false) as claimed,
-                o.next_attempt_at <= now() as due
-           from jobs me
-           join jobs j on j.project_id = me.project_id and j.sha = me.sha
-           join status_outbox o on o.job_id = j.id and o.result is null
-          where me.id = $1
-          order by o.id
-          for update of o`,
-        [jobId],
-      );
-      if (rows.length === 0 || rows.some((r) => r.claimed)) return { row: null, superseded: 0 };
-      const newest = rows[rows.length - 1]!;
-      const older = rows.slice(0, -1).map((r) => r.id);
-      if (older.length > 0) {
-        await tx.query(
-          `update status_outbox set result = 'superseded', done_at = now() where id = any($1::bigint[])`,
-          [older],
-        );
-      }
-      if (!newest.due) return { row: null, superseded: older.length };
-      const claimed = await tx.query<Claimed>(
-        `update status_outbox o
-            set claimed_until = now() + make_interval(secs => $2), attempts = o.attempts + 1
-           from jobs j
-          where o.id = $1 and j.id = o.job_id
-          returning o.id, o.job_id, o.state, o.description, o.attempts, o.created_at, j.sha,
-                    j.project_id, j.pipeline_name`,
-        [newest.id, CLAIM_S],
-      );
-      return { row: claimed.rows[0] ?? null, superseded: older.length };
-    },
-    { isolation: 'read committed' },
-  );
-}
-
-async function finish(
-  pool: Pool,
-  id: number,
-  outcome:
-    | { result: 'delivered' | 'gave_up'; error?: string }
-    | { retryInS: number; error: string },
-): Promise<void> {
-  await transaction(pool, (tx) =>
-    'result' in outcome
-      ? tx.query(
-          `update status_outbox set result = $2, done_at = now(), claimed_until = null, last_error = $3
-            where id = $1`,
-          [id, outcome.result, outcome.error ?? null],
-        )
-      : tx.query(
-          `update status_outbox
-              set claimed_until = null, last_error = $2,
-                  next_attempt_at = now() + make_interval(secs => $3)
-            where id = $1`,
-          [id, outcome.error, outcome.retryInS],
-        ),
-  );
-}
-
-class PermanentError extends Error {}
-
-/** Posts one status to the project's forge; throws PermanentError for a refusal that retrying cannot fix. */
+/** Reads the project, opens its token and posts the claimed row's status to its forge. */
 async function post(
   pool: Pool,
   keyring: Keyring,
-  row: Claimed,
+  row: ClaimedStatus,
   opts: DeliveryOptions,
 ): Promise<void> {
   const project = await getProjectRow(pool, row.project_id);
   const token = project ? forgeToken(keyring, project) : null;
-  if (!project || !token) throw new PermanentError('the project has no forge token');
-  const [owner, name] = project.repo.split('/').map(encodeURIComponent);
-  const base = apiBase(project.forge, {
-    githubApiUrl: opts.githubApiUrl,
-    forgeUrl: project.forge_url,
-  });
-  if (base === null) throw new PermanentError('the project has no forge_url');
-  const url = `${base}/repos/${owner}/${name}/statuses/${row.sha}`;
-  const body = {
-    state: row.state,
-    context: row.pipeline_name ? `conductor/${row.pipeline_name}` : 'conductor',
-    description: row.description,
-    ...(opts.publicUrl
-      ? {
-          target_url: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}?sig=${signJobLink(keyring, row.job_id)}`,
-        }
-      : {}),
-  };
-  const timeoutMs = opts.timeoutMs ?? 10_000;
-  let res: ForgeAnswer;
-  try {
-    res = await callForge({
-      method: 'POST',
-      url,
-      headers: { ...forgeHeaders(project.forge, token), 'Content-Type': 'application/json' },
-      body: JSON.stringify(body),
-      timeoutMs,
-    });
-  } catch (err) {
-    // An address the control plane may not call, or a redirect: the
-    // project's URL is wrong, and retrying will not right it.
-    if (err instanceof ForgeRefusedError) throw new PermanentError(err.message);
-    if (err instanceof ForgeTransportError) {
-      throw new Error(
-        `could not reach ${project.forge} at ${url}: ${transportErrorText(err, timeoutMs)}`,
-      );
-    }
-    throw err;
-  }
-  if (res.kind === 'ok') return;
-  const message = `${project.forge} answered HTTP ${res.status} for ${url}`;
-  // A refusal (bad token, no such repository or commit) stays a refusal;
-  // rate limits and server errors pass.
-  if (res.kind === 'permanent') throw new PermanentError(message);
-  throw new Error(message);
+  if (!project || !token) throw new StatusRefusedError('the project has no forge token');
+  await postStatus(
+    {
+      forge: project.forge,
+      repo: project.repo,
+      forgeUrl: project.forge_url,
+      githubApiUrl: opts.githubApiUrl,
+      token,
+    },
+    {
+      sha: row.sha,
+      state: row.state,
+      pipelineName: row.pipeline_name,
+      description: row.description,
+      ...(opts.publicUrl
+        ? {
+            targetUrl: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}?sig=${signJobLink(keyring, row.job_id)}`,
+          }
+        : {}),
+    },
+    opts.timeoutMs ?? 10_000,
+  );
 }
 
 /** Delivers what is due: one job's rows after a commit, or every due job's from the sweep. */
@@ -204,37 +89,27 @@ export async function deliverStatuses(
     statuses_given_up: 0,
   };
   const giveUpAfterS = opts.giveUpAfterS ?? 24 * 3600;
-  const jobs = opts.jobId
-    ? [opts.jobId]
-    : (
-        await pool.query<{ job_id: string }>(
-          `select distinct job_id from (
-             select job_id from status_outbox
-              where result is null and next_attempt_at <= now()
-              order by next_attempt_at limit $1) due`,
-          [opts.limit ?? 50],
-        )
-      ).rows.map((r) => r.job_id);
+  const jobs = opts.jobId ? [opts.jobId] : await jobsWithStatusesDue(pool, opts.limit ?? 50);
 
   for (const jobId of jobs) {
     try {
-      const { row, superseded } = await claim(pool, jobId);
+      const { row, superseded } = await claimStatus(pool, jobId);
       summary.statuses_superseded += superseded;
       if (!row) continue;
       try {
         await post(pool, keyring, row, opts);
-        await finish(pool, row.id, { result: 'delivered' });
+        await finishStatus(pool, row.id, { result: 'delivered' });
         summary.statuses_delivered++;
       } catch (err) {
         const error = err instanceof Error ? err.message : String(err);
         const age = (Date.now() - row.created_at.getTime()) / 1000;
-        if (err instanceof PermanentError || age >= giveUpAfterS) {
-          await finish(pool, row.id, { result: 'gave_up', error });
+        if (err instanceof StatusRefusedError || age >= giveUpAfterS) {
+          await finishStatus(pool, row.id, { result: 'gave_up', error });
           summary.statuses_given_up++;
           log('warn', 'gave up posting a commit status', { job_id: jobId, err });
         } else {
           const retryInS = Math.min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (row.attempts - 1));
-          await finish(pool, row.id, { retryInS, error });
+          await finishStatus(pool, row.id, { retryInS, error });
           summary.statuses_failed++;
         }
       }

@@ -1,0 +1,100 @@
+// Posting one commit status to GitHub or Gitea, through the forge client:
+//
+//   GitHub  POST {api}/repos/{owner}/{repo}/statuses/{sha}
+//   Gitea   POST {forge_url}/api/v1/repos/{owner}/{repo}/statuses/{sha}
+//
+// Which statuses to post, when, and what to do with a failure is
+// lib/app/statuses.ts (the outbox's deliverer); this module only speaks to
+// the forge and says whether a failure may pass.
+import {
+  apiBase,
+  callForge,
+  type ForgeAnswer,
+  type ForgeKind,
+  ForgeRefusedError,
+  ForgeTransportError,
+  forgeHeaders,
+  transportErrorText,
+} from './client.ts';
+
+/** Where a project's statuses go. */
+export interface StatusTarget {
+  forge: ForgeKind;
+  /** `owner/name` on the forge. */
+  repo: string;
+  /** Gitea's base URL; unused for GitHub. */
+  forgeUrl: string | null;
+  /** GitHub's REST API base. */
+  githubApiUrl: string;
+  token: string;
+}
+
+export interface CommitStatus {
+  sha: string;
+  state: string;
+  /** The pipeline's name: the status's context is `conductor/<name>`, or `conductor`. */
+  pipelineName: string | null;
+  description: string;
+  /** The page the status links to, if any. */
+  targetUrl?: string;
+}
+
+/** A refusal that retrying cannot fix: the deliverer gives the status up. */
+export class StatusRefusedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StatusRefusedError';
+  }
+}
+
+/**
+ * Posts one status. A refusal (a bad token, no such repository or commit, an
+ * address the control plane may not call, a redirect) throws
+ * StatusRefusedError; anything that may pass (the network, a timeout, a rate
+ * limit, a 5xx) throws a plain Error naming the forge and the URL.
+ */
+export async function postStatus(
+  target: StatusTarget,
+  status: CommitStatus,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const [owner, name] = target.repo.split('/').map(encodeURIComponent);
+  const base = apiBase(target.forge, {
+    githubApiUrl: target.githubApiUrl,
+    forgeUrl: target.forgeUrl,
+  });
+  if (base === null) throw new StatusRefusedError('the project has no forge_url');
+  const url = `${base}/repos/${owner}/${name}/statuses/${status.sha}`;
+  const body = {
+    state: status.state,
+    context: status.pipelineName ? `conductor/${status.pipelineName}` : 'conductor',
+    description: status.description,
+    ...(status.targetUrl ? { target_url: status.targetUrl } : {}),
+  };
+  let res: ForgeAnswer;
+  try {
+    res = await callForge({
+      method: 'POST',
+      url,
+      headers: { ...forgeHeaders(target.forge, target.token), 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+      timeoutMs,
+    });
+  } catch (err) {
+    // An address the control plane may not call, or a redirect: the
+    // project's URL is wrong, and retrying will not right it.
+    if (err instanceof ForgeRefusedError) throw new StatusRefusedError(err.message);
+    if (err instanceof ForgeTransportError) {
+      throw new Error(
+        `could not reach ${target.forge} at ${url}: ${transportErrorText(err, timeoutMs)}`,
+      );
+    }
+    throw err;
+  }
+  if (res.kind === 'ok') return;
+  const message = `${target.forge} answered HTTP ${res.status} for ${url}`;
+  // A refusal (bad token, no such repository or commit) stays a refusal;
+  // rate limits and server errors pass.
+  if (res.kind === 'permanent') throw new StatusRefusedError(message);
+  throw new Error(message);
+}
