@@ -10,7 +10,10 @@ import {
   verifySignature,
   type WebhookIntent,
 } from './forge/webhook.ts';
+import type { AppContext } from './context.ts';
+import { dispatchCompile } from './dispatch.ts';
 import type { Reply } from './http/index.ts';
+import { deliverJobStatus } from './statuses.ts';
 import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
 import { cancelPullRequest, createJob } from './scheduler/index.ts';
 import type { Keyring } from './secrets.ts';
@@ -78,13 +81,15 @@ export function webhookTrust(
  * compile, and the jobs whose new commit status to post now (those it
  * cancelled, and a new blocked job, which nothing else would post soon).
  */
-export async function receiveWebhook(
-  pool: Pool,
-  keyring: Keyring,
+/**
+ * The checks that need no database, in the contract's order: headers, JSON,
+ * the fields the event needs (400). Answers what the rest of the checks use.
+ */
+export function checkDelivery(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
-): Promise<{ reply: Reply; compile?: string; statuses?: string[] }> {
+): { intent: WebhookIntent; delivery: string; signature: string | undefined } {
   const { event, delivery, signature } = readWebhookHeaders(forge, headers);
   let payload: unknown;
   try {
@@ -92,12 +97,45 @@ export async function receiveWebhook(
   } catch {
     throw new BadRequestError('the body is not valid JSON');
   }
-  const intent = parseWebhook(forge, event, payload);
+  return { intent: parseWebhook(forge, event, payload), delivery, signature };
+}
+
+/** What a delivery that passed the signature check was verified against. */
+export interface VerifiedBy {
+  projectId: string;
+  repo: string;
+  /** The project's webhook secret, sealed as in the database. */
+  secretEnc: string;
+}
+
+export async function receiveWebhook(
+  pool: Pool,
+  keyring: Keyring,
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+  body: Buffer,
+): Promise<{ reply: Reply; compile?: string; statuses?: string[]; verifiedBy?: VerifiedBy }> {
+  const { intent, delivery, signature } = checkDelivery(forge, headers, body);
   const project = await findProjectByRepo(pool, forge, intent.repo);
   if (!project) throw new NotFoundError(`no ${forge} project for ${intent.repo}`);
   if (!verifySignature(forge, body, webhookSecret(keyring, project), signature)) {
     throw new UnauthorizedError('the webhook signature is missing or wrong');
   }
+  const verifiedBy = {
+    projectId: project.id,
+    repo: intent.repo,
+    secretEnc: project.webhook_secret_enc,
+  };
+  return { verifiedBy, ...(await afterVerified(pool, project, intent, delivery, body)) };
+}
+
+async function afterVerified(
+  pool: Pool,
+  project: ProjectRow,
+  intent: WebhookIntent,
+  delivery: string,
+  body: Buffer,
+): Promise<{ reply: Reply; compile?: string; statuses?: string[] }> {
   if (!project.enabled)
     return { reply: { status: 200, body: { ignored: 'the project is disabled' } } };
   if (intent.kind === 'ignore') return { reply: { status: 200, body: { ignored: intent.reason } } };
@@ -157,4 +195,30 @@ export async function receiveWebhook(
     ...(created.job.state === 'pending' ? { compile: created.job.id } : {}),
     statuses: [...created.superseded, ...(created.job.state === 'blocked' ? [created.job.id] : [])],
   };
+}
+
+/**
+ * One delivery, start to end: the checks and the job (receiveWebhook), then,
+ * after its commit, the compile and the commit statuses it calls for. The
+ * webhook function runs this directly; the queue's consumer runs it for a
+ * delivery queued while the database was resuming.
+ */
+export async function handleDelivery(
+  ctx: AppContext,
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+  body: Buffer,
+): Promise<{ reply: Reply; verifiedBy?: VerifiedBy }> {
+  const { reply, compile, statuses, verifiedBy } = await receiveWebhook(
+    ctx.pool,
+    ctx.keyring,
+    forge,
+    headers,
+    body,
+  );
+  if (compile) await dispatchCompile(ctx, compile);
+  // Jobs this delivery cancelled (superseded, or their pull request closed),
+  // and a new job that waits for approval.
+  for (const jobId of statuses ?? []) await deliverJobStatus(ctx, jobId);
+  return { reply, ...(verifiedBy ? { verifiedBy } : {}) };
 }
