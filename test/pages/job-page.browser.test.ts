@@ -33,6 +33,11 @@ const DEMO = `  build:
     script: [make package]
 `;
 
+/** What the test reads of the browser's window (the type check knows no DOM). */
+interface BrowserWindow {
+  getComputedStyle(el: unknown): { color: string };
+}
+
 const stateOf = (page: import('playwright-core').Page, name: string) =>
   page.locator(`[data-task-name="${name}"]`).getAttribute('data-state');
 
@@ -101,7 +106,7 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
   const red = await log
     .locator('span', { hasText: 'red failure' })
     .last()
-    .evaluate('(el) => getComputedStyle(el).color');
+    .evaluate((el) => (globalThis as unknown as BrowserWindow).getComputedStyle(el).color);
   assert.equal(red, 'rgb(187, 0, 0)', 'ansi_up red');
   assert.ok(!(await page.content()).includes(SECRET));
 
