@@ -5,6 +5,7 @@
 import { type Pool, type Queryable, transaction } from './db/index.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError } from './errors.ts';
 import { Masker } from './masking.ts';
+import { describeBytes } from './pipeline/limits.ts';
 import { forgeToken, sealContext } from './projects.ts';
 import { checkOutputs, type TaskOutputs } from './scheduler/outputs.ts';
 import { decrypt, type Keyring, SecretDecryptError } from './secrets.ts';
@@ -19,9 +20,9 @@ const MiB = 1024 * 1024;
  * checked against the quota only when a chunk takes it into a new block, so
  * the sum over the job's attempts is read once a block per attempt, not once
  * a chunk, and no row is written for it (a counter per job would be a row
- * every logging task of the job waits for: see reserveJobQuota).
+ * every logging task of the job waits for: see checkJobQuota).
  */
-export function logQuotaBlock(quota: number): number {
+function logQuotaBlock(quota: number): number {
   return Math.max(1, Math.min(MiB, Math.floor(quota / 64)));
 }
 
@@ -35,11 +36,6 @@ export interface AppendLog {
   maxBytes: number;
   /** The most all attempts of all tasks of the task's job may log, in bytes. */
   jobMaxBytes: number;
-}
-
-/** `268435456 bytes (256 MiB)`. */
-function bytesText(bytes: number): string {
-  return bytes % MiB === 0 ? `${bytes} bytes (${bytes / MiB} MiB)` : `${bytes} bytes`;
 }
 
 /**
@@ -104,7 +100,7 @@ export async function appendLog(
     const newSize = size + tail.length;
     if (newSize > input.maxBytes) {
       throw new PayloadTooLargeError(
-        `the log of this attempt reached its limit of ${bytesText(input.maxBytes)}`,
+        `the log of this attempt reached its limit of ${describeBytes(input.maxBytes)}`,
       );
     }
     await checkJobQuota(
@@ -165,7 +161,7 @@ async function checkJobQuota(
   );
   if ((Number(rows[0]!.held) + blocks) * block > quota) {
     throw new PayloadTooLargeError(
-      `the logs of this job reached their quota of ${bytesText(quota)} (CONDUCTOR_JOB_LOG_MAX_BYTES)`,
+      `the logs of this job reached their quota of ${describeBytes(quota)} (CONDUCTOR_JOB_LOG_MAX_BYTES)`,
     );
   }
 }
