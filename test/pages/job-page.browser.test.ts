@@ -4,6 +4,7 @@
 // The page polls every 1.5 s (the contract asks for 5 s); the waits allow 15 s
 // so that a loaded CI machine does not fail them.
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
 import { test } from 'node:test';
 import { claimTask, complete, getJob, putSecret, startE2E, uploadLog } from '../e2e/support.ts';
 import { launchBrowser, newPage, runningJob, runTask, screenshot, signIn } from './support.ts';
@@ -129,6 +130,14 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
   assert.equal(res.status, 200, res.text);
   await page.locator('[data-job-state="success"]').waitFor({ timeout: 15_000 });
   assert.equal(await log.textContent(), 'red failure and green\nusing *** now\ndeployed\n');
+  // "Download raw" saves the log as stored: colour codes kept, the secret masked.
+  const [download] = await Promise.all([
+    page.waitForEvent('download'),
+    page.getByRole('link', { name: 'Download raw' }).click(),
+  ]);
+  assert.equal(download.suggestedFilename(), 'deploy-attempt-1.log');
+  const saved = await readFile((await download.path())!, 'utf8');
+  assert.equal(saved, `${first.replace(SECRET, '***')}deployed\n`);
   await screenshot(page, 'job-finished-1280x800');
   const phone = await newPage(browser, { width: 390, height: 844 });
   await signIn(phone.page, stack);
