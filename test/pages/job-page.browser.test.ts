@@ -6,7 +6,17 @@
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { test } from 'node:test';
-import { claimTask, complete, getJob, putSecret, startE2E, uploadLog } from '../e2e/support.ts';
+import {
+  claimTask,
+  complete,
+  getJob,
+  githubPullRequest,
+  putSecret,
+  sendWebhook,
+  sha,
+  startE2E,
+  uploadLog,
+} from '../e2e/support.ts';
 import { launchBrowser, newPage, runningJob, runTask, screenshot, signIn } from './support.ts';
 
 const REPO = 'acme/pages';
@@ -160,4 +170,34 @@ test('rerun from the page creates a new job and opens it', async () => {
   const view = await getJob(stack, newId);
   assert.equal(view.job.rerun_of, job.jobId);
   assert.equal(view.job.trigger, 'rerun');
+});
+
+test("a blocked job's page shows the task graph once the job is approved, without anyone reloading it", async () => {
+  const head = sha('approve-me');
+  e2e.fake.setFile(REPO, head, 'version: 1\ntasks:\n  check:\n    script: [make check]\n');
+  const hook = await sendWebhook(
+    stack,
+    'github',
+    'pull_request',
+    githubPullRequest(REPO, {
+      number: 11,
+      action: 'opened',
+      headSha: head,
+      headRepo: 'fork/pages',
+    }),
+    { secret: e2e.projects.project.secret },
+  );
+  assert.equal(hook.status, 202, hook.text);
+  const jobId = hook.body.job_id as string;
+  const { page } = await newPage(browser);
+  await signIn(page, stack);
+  await page.goto(`${stack.url}/jobs/${jobId}`);
+  assert.equal(await page.locator('[data-job-state]').getAttribute('data-job-state'), 'blocked');
+  assert.equal(await page.locator('[data-task-name]').count(), 0);
+  const approved = await stack.call('POST', `/v1/jobs/${jobId}/approve`, {
+    token: stack.adminToken,
+  });
+  assert.equal(approved.status, 200, approved.text);
+  await page.locator('[data-task-name="check"][data-state="queued"]').waitFor({ timeout: 15_000 });
+  assert.equal(await page.locator('[data-job-state]').getAttribute('data-job-state'), 'running');
 });
