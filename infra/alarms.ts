@@ -12,13 +12,13 @@ import {
   aws_sns_subscriptions as subscriptions,
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
-import { FUNCTION_NAMES } from '../scripts/bundle.ts';
 import { type ConductorFunction, pascal } from './functions.ts';
 
 export interface AlarmsProps {
   functions: Record<ConductorFunction, lambda.Function>;
   httpApi: apigwv2.HttpApi;
   compileFailures: sqs.Queue;
+  webhookDeadLetters: sqs.Queue;
   /** The metric namespace of the sweep's counts. */
   namespace: string;
   alarmEmail?: string;
@@ -48,9 +48,12 @@ export class Alarms {
     };
     const fiveMinutes = { period: Duration.minutes(5), statistic: cloudwatch.Stats.SUM };
 
-    // Unhandled errors and timeouts; the HTTP handlers turn their own errors
-    // into answers, which the API's 5xx alarm counts instead.
-    for (const name of FUNCTION_NAMES) {
+    // Alarms are billed by the metric ($0.10 a month each), so each failure
+    // is watched once, where it lasts: an HTTP function's failures and
+    // timeouts are the API's 5xx; compile's and the webhook consumer's land
+    // in their queues after the retries; migrate's fail the deploy. Only the
+    // sweep, which nothing retries, has an alarm on its errors.
+    for (const name of ['sweep'] as const satisfies ConductorFunction[]) {
       alarm(
         `${pascal(name)}ErrorsAlarm`,
         props.functions[name].metricErrors(fiveMinutes),
@@ -71,22 +74,33 @@ export class Alarms {
       'Conductor compile: async invocations failed three times (the sweep re-dispatches the jobs)',
     );
 
+    alarm(
+      'WebhookDeadLettersAlarm',
+      props.webhookDeadLetters.metricApproximateNumberOfMessagesVisible({
+        period: Duration.minutes(5),
+        statistic: cloudwatch.Stats.MAXIMUM,
+      }),
+      'Conductor webhooks: a queued delivery failed five times and waits in the dead-letter queue (redrive it once the cause is fixed)',
+    );
+
     // The sweep logs {"message":"sweep repaired", <counts>} when it repaired
     // anything (lib/app/sweep.ts). Metric filters turn the counts into metrics
     // without a change to the code; the alarm fires on the repairs that mean
     // a job was stalled (a settle, a promotion or a compile that was lost),
     // not on expired leases, which a runner that died explains.
     const sweepLogs = props.functions.sweep.logGroup;
-    const counted = {
-      SweepJobsSettled: 'jobs_settled',
-      SweepTasksPromoted: 'tasks_promoted',
-      SweepCompilesRedispatched: 'compiles_redispatched',
-      SweepLeasesExpired: 'leases_expired',
-      SweepErrors: 'errors',
-    } as const;
-    const metrics = {} as Record<keyof typeof counted, cloudwatch.Metric>;
-    for (const [metricName, field] of Object.entries(counted) as [keyof typeof counted, string][]) {
-      const filter = new logs.MetricFilter(scope, `${metricName}Filter`, {
+    // The three repairs of stalled jobs all count into one metric (one
+    // filter each), so their alarm watches one metric, not a sum of three.
+    const counted = [
+      ['SweepJobsSettled', 'SweepStalledRepairs', 'jobs_settled'],
+      ['SweepTasksPromoted', 'SweepStalledRepairs', 'tasks_promoted'],
+      ['SweepCompilesRedispatched', 'SweepStalledRepairs', 'compiles_redispatched'],
+      ['SweepLeasesExpired', 'SweepLeasesExpired', 'leases_expired'],
+      ['SweepErrors', 'SweepErrors', 'errors'],
+    ] as const;
+    const metrics: Record<string, cloudwatch.Metric> = {};
+    for (const [id, metricName, field] of counted) {
+      const filter = new logs.MetricFilter(scope, `${id}Filter`, {
         logGroup: sweepLogs,
         filterPattern: logs.FilterPattern.stringValue('$.message', '=', 'sweep repaired'),
         metricNamespace: props.namespace,
@@ -99,21 +113,12 @@ export class Alarms {
     }
     alarm(
       'SweepRepairedStalledJobsAlarm',
-      new cloudwatch.MathExpression({
-        expression: 'settled + promoted + redispatched',
-        usingMetrics: {
-          settled: metrics.SweepJobsSettled,
-          promoted: metrics.SweepTasksPromoted,
-          redispatched: metrics.SweepCompilesRedispatched,
-        },
-        period: Duration.minutes(5),
-        label: 'stalled jobs the sweep repaired',
-      }),
+      metrics.SweepStalledRepairs!,
       'Conductor sweep repaired stalled jobs (a lost settle, promotion or compile): look for the errors before it',
     );
     alarm(
       'SweepRepairErrorsAlarm',
-      metrics.SweepErrors,
+      metrics.SweepErrors!,
       'Conductor sweep: a repair failed (the sweep logged it and went on)',
     );
   }

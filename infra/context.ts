@@ -50,6 +50,9 @@ export const ContextSchema = z.object({
     .refine((d) => RETENTION_DAYS.includes(d), `must be one of ${RETENTION_DAYS.join(', ')}`)
     .optional(),
   alarmEmail: z.email().optional(),
+  reservedConcurrency: bool.optional(),
+  throttleRate: num(z.number().int().min(1).max(10_000)).optional(),
+  throttleBurst: num(z.number().int().min(1).max(5_000)).optional(),
   existingVpc: json(
     z.strictObject({
       vpcId: z.string().regex(/^vpc-[0-9a-f]+$/),
@@ -111,6 +114,11 @@ export function propsFromContext(get: (key: string) => unknown): {
       dbPoolMax: c.dbPoolMax,
       logRetentionDays: c.logRetentionDays,
       alarmEmail: c.alarmEmail,
+      reservedConcurrency: c.reservedConcurrency,
+      throttle:
+        c.throttleRate || c.throttleBurst
+          ? { rate: c.throttleRate ?? 50, burst: c.throttleBurst ?? 100 }
+          : undefined,
       existingVpc: c.existingVpc,
       existingDatabase: c.existingDatabase,
     },

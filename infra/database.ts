@@ -6,6 +6,7 @@ import {
   aws_ec2 as ec2,
   RemovalPolicy,
   aws_rds as rds,
+  Stack,
   aws_secretsmanager as secretsmanager,
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
@@ -115,6 +116,8 @@ function createAurora(
     securityGroups: [databaseGroup],
     port: DB_PORT,
     storageEncrypted: true,
+    // The functions sign in as the application role with IAM tokens.
+    iamAuthentication: true,
     backup: { retention: Duration.days(7) },
     deletionProtection: props.deletionProtection,
     removalPolicy: RemovalPolicy.SNAPSHOT,
@@ -141,6 +144,8 @@ function createAurora(
   proxyGroup.addIngressRule(functionsSecurityGroup, ec2.Port.tcp(DB_PORT), 'Conductor functions');
   // DatabaseProxy lets its own group into the cluster's group on the cluster's port.
   const proxy = new rds.DatabaseProxy(scope, 'Proxy', {
+    // Unique per stack (a proxy's name is unique in the region).
+    dbProxyName: `${Stack.of(scope).stackName}-proxy`,
     proxyTarget: rds.ProxyTarget.fromCluster(cluster),
     secrets: [cluster.secret!],
     vpc,

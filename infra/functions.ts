@@ -26,6 +26,12 @@ interface FunctionSpec {
 const HTTP: Omit<FunctionSpec, 'description'> = { memorySize: 512, timeout: Duration.seconds(25) };
 const SPECS: Record<ConductorFunction, FunctionSpec> = {
   webhook: { ...HTTP, description: 'Forge webhooks: records jobs, dispatches compiles' },
+  // A connect that waits out a resume (60 s), with time left to do the work.
+  webhookQueue: {
+    memorySize: 512,
+    timeout: Duration.seconds(90),
+    description: 'Webhook deliveries queued while the database resumed',
+  },
   claim: { ...HTTP, description: 'Runner: claim a task' },
   heartbeat: { ...HTTP, description: 'Runner: extend a lease' },
   logs: { ...HTTP, description: 'Runner: append a log chunk' },
@@ -45,11 +51,34 @@ const SPECS: Record<ConductorFunction, FunctionSpec> = {
 
 export const pascal = (name: string) => name[0]!.toUpperCase() + name.slice(1);
 
+/**
+ * Most concurrent containers of each function. Each holds up to
+ * CONDUCTOR_DB_POOL_MAX connections, so the sum of these times the pool size
+ * stays under the database's max_connections (the stack checks it); the
+ * sweep runs alone.
+ */
+export const RESERVED_CONCURRENCY: Record<ConductorFunction, number> = {
+  claim: 40,
+  complete: 40,
+  heartbeat: 20,
+  logs: 20,
+  webhook: 10,
+  webhookQueue: 2,
+  api: 10,
+  compile: 10,
+  sweep: 1,
+  migrate: 1,
+};
+
 export interface FunctionsProps {
   bundleDir: string;
+  /** Every function's environment, and each one's own additions. */
   environment: Record<string, string>;
-  /** The secrets every function reads at cold start. */
-  secrets: secretsmanager.ISecret[];
+  environmentOf: (name: ConductorFunction) => Record<string, string>;
+  /** The secrets each function reads at cold start (none: no statement). */
+  secretsOf: (name: ConductorFunction) => secretsmanager.ISecret[];
+  /** Reserve concurrency per function (RESERVED_CONCURRENCY). */
+  reserveConcurrency: boolean;
   retention: logs.RetentionDays;
   network: Network;
 }
@@ -114,13 +143,16 @@ function createFunction(
       resources: ['*'],
     }),
   );
-  role.addToPolicy(
-    new iam.PolicyStatement({
-      sid: 'ReadConductorSecrets',
-      actions: ['secretsmanager:GetSecretValue'],
-      resources: props.secrets.map((s) => s.secretArn),
-    }),
-  );
+  const secrets = props.secretsOf(name);
+  if (secrets.length > 0) {
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        sid: 'ReadConductorSecrets',
+        actions: ['secretsmanager:GetSecretValue'],
+        resources: secrets.map((s) => s.secretArn),
+      }),
+    );
+  }
   return new lambda.Function(scope, `${id}Function`, {
     description: `Conductor: ${spec.description}`,
     runtime: lambda.Runtime.NODEJS_22_X,
@@ -131,7 +163,8 @@ function createFunction(
     timeout: spec.timeout,
     role,
     logGroup,
-    environment: props.environment,
+    environment: { ...props.environment, ...props.environmentOf(name) },
+    reservedConcurrentExecutions: props.reserveConcurrency ? RESERVED_CONCURRENCY[name] : undefined,
     paramsAndSecrets,
     vpc: props.network.vpc,
     vpcSubnets: props.network.functionSubnets,

@@ -10,7 +10,13 @@ import { request as httpsRequest } from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import { contextFromEnv } from '../lib/context.ts';
-import { loadMigrations, type Migration, migrate } from '../lib/db/index.ts';
+import {
+  loadMigrations,
+  type Migration,
+  migrate,
+  type Pool,
+  transaction,
+} from '../lib/db/index.ts';
 import { log } from '../lib/log.ts';
 
 // scripts/bundle.ts replaces this with the migrations read at build time, so
@@ -89,6 +95,7 @@ async function migrateOnce(env: NodeJS.ProcessEnv): Promise<MigrateOutcome> {
   const ctx = await contextFromEnv(env);
   try {
     const result = await migrate(ctx.pool, migrations, (line) => log('info', line));
+    if (env.CONDUCTOR_DB_APP_ROLE) await grantAppRole(ctx.pool, env.CONDUCTOR_DB_APP_ROLE);
     return {
       applied: result.applied.map((m) => `${String(m.id).padStart(3, '0')}_${m.name}`),
       current: result.current,
@@ -96,6 +103,38 @@ async function migrateOnce(env: NodeJS.ProcessEnv): Promise<MigrateOutcome> {
   } finally {
     await ctx.pool.end();
   }
+}
+
+/**
+ * The role the functions connect as (IAM authentication): it may read and
+ * write every table and run the schema's functions, and owns nothing, so it
+ * cannot create, alter or drop. Run after every migration, as the owner, so
+ * tables a migration added are granted too.
+ */
+export async function grantAppRole(pool: Pool, role: string): Promise<void> {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(role)) throw new Error(`bad role name ${role}`);
+  await transaction(pool, async (tx) => {
+    // Roles are cluster-wide: two stacks' migrations on one server would race here.
+    await tx.query(`select pg_advisory_xact_lock(hashtext('conductor app role'))`);
+    await tx.query(
+      `do $$ begin
+         if not exists (select 1 from pg_roles where rolname = '${role}') then
+           create role ${role} login nosuperuser nocreatedb nocreaterole noinherit;
+         end if;
+         -- Aurora's role for IAM database authentication (absent elsewhere).
+         if exists (select 1 from pg_roles where rolname = 'rds_iam') then
+           grant rds_iam to ${role};
+         end if;
+       end $$`,
+    );
+    await tx.query(`revoke create on schema public from ${role}`);
+    await tx.query(`grant usage on schema public to ${role}`);
+    await tx.query(
+      `grant select, insert, update, delete on all tables in schema public to ${role}`,
+    );
+    await tx.query(`grant usage, select, update on all sequences in schema public to ${role}`);
+    await tx.query(`grant execute on all functions in schema public to ${role}`);
+  });
 }
 
 function isCustomResourceEvent(event: unknown): event is CloudFormationCustomResourceEvent {

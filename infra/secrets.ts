@@ -3,17 +3,18 @@ import { RemovalPolicy, aws_secretsmanager as secretsmanager } from 'aws-cdk-lib
 import type { Construct } from 'constructs';
 
 /**
- * The app secret, `{"admin_token", "secret_key"}`. Secrets Manager generates
- * one value per secret, and the app secret needs two. The sealing key is
- * generated in a secret of its own (64 hex digits, 32 bytes) and copied into
- * the app secret's template through a dynamic reference that CloudFormation
- * resolves; the admin token is generated into the app secret itself. Neither
- * value is in the template.
+ * The sealing key (64 hex digits, 32 bytes), read only by the functions that
+ * seal or open secrets, and the admin token (the app secret,
+ * `{"admin_token"}`), read only by the api. Neither value is in the template.
+ * The app secret once carried the key too; it keeps its logical id, so an
+ * upgrade regenerates its value (a new admin token) instead of orphaning it.
  */
-export function createAppSecret(scope: Construct): secretsmanager.Secret {
+export function createAppSecrets(scope: Construct): {
+  secretKey: secretsmanager.Secret;
+  appSecret: secretsmanager.Secret;
+} {
   const secretKey = new secretsmanager.Secret(scope, 'SecretKey', {
-    description:
-      'Conductor: the key that seals secrets at rest; copied into the app secret. Keep it.',
+    description: 'Conductor: the key that seals secrets at rest. Keep it.',
     generateSecretString: {
       passwordLength: 64,
       excludeUppercase: true,
@@ -24,10 +25,10 @@ export function createAppSecret(scope: Construct): secretsmanager.Secret {
     // Losing this key loses every sealed secret, webhook secret and forge token.
     removalPolicy: RemovalPolicy.RETAIN,
   });
-  return new secretsmanager.Secret(scope, 'AppSecret', {
-    description: 'Conductor: {"admin_token", "secret_key"}, read by every function at cold start',
+  const appSecret = new secretsmanager.Secret(scope, 'AppSecret', {
+    description: 'Conductor: {"admin_token"}, read by the api function at cold start',
     generateSecretString: {
-      secretStringTemplate: `{"secret_key":"${secretKey.secretValue.unsafeUnwrap()}"}`,
+      secretStringTemplate: '{}',
       generateStringKey: 'admin_token',
       passwordLength: 48,
       excludePunctuation: true,
@@ -35,4 +36,5 @@ export function createAppSecret(scope: Construct): secretsmanager.Secret {
     },
     removalPolicy: RemovalPolicy.RETAIN,
   });
+  return { secretKey, appSecret };
 }

@@ -1,6 +1,7 @@
 // The Conductor deployment: one Lambda per function behind an HTTP API whose
 // routes come from lib/http/routes.ts, the sweep on an EventBridge schedule,
-// Aurora PostgreSQL Serverless v2 behind RDS Proxy, the secrets in Secrets
+// Aurora PostgreSQL Serverless v2 that pauses when idle (RDS Proxy as an
+// option), the idle gate's bucket, the webhook queue, the secrets in Secrets
 // Manager, migrations applied on deploy, alarms. Synthesises offline: no
 // context lookups, no Docker (the functions are bundled by scripts/bundle.ts).
 // This file is the wiring; the parts are network.ts, database.ts,
@@ -16,13 +17,17 @@ import {
   Duration,
   aws_lambda_destinations as destinations,
   type aws_ec2 as ec2,
+  aws_lambda_event_sources as eventSources,
   aws_events as events,
   aws_events_targets as eventsTargets,
+  aws_iam as iam,
   type aws_lambda as lambda,
   aws_logs as logs,
+  RemovalPolicy,
   type aws_rds as rds,
   Stack,
   type StackProps,
+  aws_s3 as s3,
   type aws_secretsmanager as secretsmanager,
   type aws_sns as sns,
   aws_sqs as sqs,
@@ -30,12 +35,14 @@ import {
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
 import { ROUTES, type FunctionName as RoutedFunction, routeKey } from '../lib/http/routes.ts';
+import { DELIVERY_PREFIX } from '../lib/idle/aws-intake.ts';
+import { GATE_KEY } from '../lib/idle/s3.ts';
 import { DEFAULT_OUTDIR, FUNCTION_NAMES, MIGRATIONS_HASH_FILE } from '../scripts/bundle.ts';
 import { Alarms } from './alarms.ts';
 import { Database, type ExistingDatabase } from './database.ts';
-import { type ConductorFunction, Functions, pascal } from './functions.ts';
+import { type ConductorFunction, Functions, pascal, RESERVED_CONCURRENCY } from './functions.ts';
 import { type ExistingVpc, Network } from './network.ts';
-import { createAppSecret } from './secrets.ts';
+import { createAppSecrets } from './secrets.ts';
 
 export { DB_NAME, type ExistingDatabase } from './database.ts';
 export type { ConductorFunction } from './functions.ts';
@@ -43,14 +50,51 @@ export type { ExistingVpc } from './network.ts';
 export { FUNCTION_NAMES };
 
 /** The functions allowed to invoke compile (and told its name). */
-export const COMPILE_INVOKERS = ['webhook', 'api', 'sweep'] as const satisfies ConductorFunction[];
+export const COMPILE_INVOKERS = [
+  'webhook',
+  'webhookQueue',
+  'api',
+  'sweep',
+] as const satisfies ConductorFunction[];
+
+/** The database role the functions sign in as (IAM authentication); migrate uses the owner. */
+export const APP_DB_USER = 'conductor_app';
+/** Where the RDS certificate authorities are in the Lambda runtime (for verify-full). */
+export const RUNTIME_CA_BUNDLE = '/var/runtime/ca-cert.pem';
+
+// Functions and what of the idle gate's bucket each touches (lib/idle).
+const GATE_READERS = ['claim', 'sweep'] as const satisfies ConductorFunction[];
+const GATE_WRITERS = [
+  'webhook',
+  'webhookQueue',
+  'api',
+  'sweep',
+  'compile',
+  'complete',
+] as const satisfies ConductorFunction[];
+// Those that seal or open secrets: every function but heartbeat and migrate.
+const KEY_READERS: readonly ConductorFunction[] = [
+  'webhook',
+  'webhookQueue',
+  'claim',
+  'logs',
+  'complete',
+  'api',
+  'compile',
+  'sweep',
+];
+
+/** max_connections of Aurora PostgreSQL Serverless v2 at a maximum capacity (2 GiB an ACU). */
+export function auroraMaxConnections(maxAcu: number): number {
+  return Math.min(5000, Math.floor((maxAcu * 2 * 1024 ** 3) / 9_531_392));
+}
 
 export interface ConductorStackProps extends StackProps {
   /** Where scripts/bundle.ts wrote `<name>/index.mjs`; default dist/functions. */
   bundleDir?: string;
   /** How often the sweep runs; default one minute. */
   sweepInterval?: Duration;
-  /** Aurora Serverless v2 minimum ACUs; default 0.5. 0 turns on auto-pause (see docs/deploy.md). */
+  /** Aurora Serverless v2 minimum ACUs; default 0, which pauses the idle database (docs/deploy.md). */
   minCapacity?: number;
   /** Aurora Serverless v2 maximum ACUs; default 4. */
   maxCapacity?: number;
@@ -58,7 +102,7 @@ export interface ConductorStackProps extends StackProps {
   autoPauseAfter?: Duration;
   /** Aurora PostgreSQL version (15 or 16); default 16.11. */
   postgresVersion?: string;
-  /** Put RDS Proxy between the functions and Aurora; default true. */
+  /** Put RDS Proxy between the functions and Aurora (keeps Aurora awake); default false. */
   proxy?: boolean;
   /** Refuse to delete the cluster; default true. */
   deletionProtection?: boolean;
@@ -66,7 +110,7 @@ export interface ConductorStackProps extends StackProps {
   existingVpc?: ExistingVpc;
   /** Use this database instead of creating Aurora (and RDS Proxy). */
   existingDatabase?: ExistingDatabase;
-  /** A created VPC's way out to the forges: a NAT gateway (default) or a t4g.nano NAT instance. */
+  /** A created VPC's way out to the forges: a t4g.nano NAT instance (default) or a NAT gateway (HA). */
   nat?: 'gateway' | 'instance';
   /** CONDUCTOR_GITHUB_API_URL; default https://api.github.com. */
   githubApiUrl?: string;
@@ -78,6 +122,10 @@ export interface ConductorStackProps extends StackProps {
   logRetentionDays?: logs.RetentionDays;
   /** An address that receives the alarms (it must confirm the subscription). */
   alarmEmail?: string;
+  /** Reserve concurrency per function, so connections stay under max_connections; default true. */
+  reservedConcurrency?: boolean;
+  /** API Gateway's throttle for the whole API: requests a second, and the burst; default 50 and 100. */
+  throttle?: { rate: number; burst: number };
 }
 
 export class ConductorStack extends Stack {
@@ -85,6 +133,10 @@ export class ConductorStack extends Stack {
   readonly httpApi: apigwv2.HttpApi;
   readonly functionsSecurityGroup: ec2.SecurityGroup;
   readonly appSecret: secretsmanager.Secret;
+  readonly secretKey: secretsmanager.Secret;
+  readonly gateBucket: s3.Bucket;
+  readonly webhookQueue: sqs.Queue;
+  readonly webhookDeadLetters: sqs.Queue;
   readonly dbSecret: secretsmanager.ISecret;
   readonly cluster?: rds.DatabaseCluster;
   readonly proxy?: rds.DatabaseProxy;
@@ -103,44 +155,155 @@ export class ConductorStack extends Stack {
 
     const network = new Network(this, {
       existingVpc: props.existingVpc,
-      nat: props.nat ?? 'gateway',
+      nat: props.nat ?? 'instance',
     });
     this.functionsSecurityGroup = network.functionsSecurityGroup;
-    this.appSecret = createAppSecret(this);
-    const minCapacity = props.minCapacity ?? 0.5;
+    const { appSecret, secretKey } = createAppSecrets(this);
+    this.appSecret = appSecret;
+    this.secretKey = secretKey;
+    const minCapacity = props.minCapacity ?? 0;
+    const maxCapacity = props.maxCapacity ?? 4;
     const database = new Database(this, network, {
       existingDatabase: props.existingDatabase,
       minCapacity,
-      maxCapacity: props.maxCapacity ?? 4,
+      maxCapacity,
       autoPauseAfter: props.autoPauseAfter ?? Duration.minutes(5),
       postgresVersion: props.postgresVersion,
-      proxy: props.proxy ?? true,
+      proxy: props.proxy ?? false,
       deletionProtection: props.deletionProtection ?? true,
     });
     this.cluster = database.cluster;
     this.proxy = database.proxy;
     this.dbSecret = database.secret;
+    // IAM tokens as the application role, straight to Aurora. Through the
+    // proxy or to an existing database, the functions use the database
+    // secret as before (docs/deploy.md, "Least privilege").
+    const iamAuth = this.cluster !== undefined && !this.proxy;
+    const poolMax = props.dbPoolMax ?? 2;
+    const reserve = props.reservedConcurrency ?? true;
+    if (reserve && this.cluster) {
+      const used = FUNCTION_NAMES.reduce((n, f) => n + RESERVED_CONCURRENCY[f] * poolMax, 0);
+      const limit = Math.floor(auroraMaxConnections(maxCapacity) * 0.9);
+      if (used > limit) {
+        throw new Error(
+          `reserved concurrency x dbPoolMax is ${used} connections, over ${limit} (90% of max_connections at ${maxCapacity} ACU): lower dbPoolMax or raise maxCapacity`,
+        );
+      }
+    }
 
+    // The idle gate's marker (lib/idle), the webhook directory and queued
+    // deliveries too large for a message. Private, TLS only, reached through
+    // the VPC's gateway endpoint.
+    this.gateBucket = new s3.Bucket(this, 'GateBucket', {
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      enforceSSL: true,
+      lifecycleRules: [{ prefix: DELIVERY_PREFIX, expiration: Duration.days(14) }],
+      // Emptying a bucket on delete takes a custom resource (another Lambda).
+      removalPolicy: RemovalPolicy.RETAIN,
+    });
+    this.webhookDeadLetters = new sqs.Queue(this, 'WebhookDeadLetters', {
+      retentionPeriod: Duration.days(14),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+    });
+    this.webhookQueue = new sqs.Queue(this, 'WebhookQueue', {
+      // Six times the consumer's timeout, as Lambda's SQS guidance has it.
+      visibilityTimeout: Duration.seconds(540),
+      retentionPeriod: Duration.days(4),
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      deadLetterQueue: { queue: this.webhookDeadLetters, maxReceiveCount: 5 },
+    });
+
+    const gateEnv = { CONDUCTOR_GATE_BUCKET: this.gateBucket.bucketName };
     const functions = new Functions(this, {
       bundleDir,
       network,
-      secrets: [this.dbSecret, this.appSecret],
+      reserveConcurrency: reserve,
       retention: props.logRetentionDays ?? logs.RetentionDays.ONE_MONTH,
+      secretsOf: (name) => [
+        ...(name === 'migrate' || !iamAuth ? [this.dbSecret] : []),
+        ...(KEY_READERS.includes(name) ? [secretKey] : []),
+        ...(name === 'api' ? [appSecret] : []),
+      ],
+      environmentOf: (name) => ({
+        ...(name === 'migrate' || !iamAuth
+          ? { CONDUCTOR_DB_SECRET_ARN: this.dbSecret.secretArn }
+          : { CONDUCTOR_DB_IAM_USER: APP_DB_USER }),
+        ...(name === 'migrate' && iamAuth ? { CONDUCTOR_DB_APP_ROLE: APP_DB_USER } : {}),
+        ...(KEY_READERS.includes(name) ? { CONDUCTOR_SECRET_KEY_ARN: secretKey.secretArn } : {}),
+        ...(name === 'api' ? { CONDUCTOR_APP_SECRET_ARN: appSecret.secretArn } : {}),
+        ...((GATE_READERS as readonly string[]).includes(name) ||
+        (GATE_WRITERS as readonly string[]).includes(name)
+          ? gateEnv
+          : {}),
+        ...(name === 'webhook' ? { CONDUCTOR_WEBHOOK_QUEUE_URL: this.webhookQueue.queueUrl } : {}),
+        // Long enough to wait out a resume of a paused Aurora.
+        ...(name === 'webhookQueue' ? { CONDUCTOR_DB_CONNECT_TIMEOUT_MS: '60000' } : {}),
+      }),
       environment: {
         NODE_OPTIONS: '--enable-source-maps',
-        CONDUCTOR_DB_SECRET_ARN: this.dbSecret.secretArn,
+        // The runtime's bundle holds the RDS certificate authorities.
+        NODE_EXTRA_CA_CERTS: RUNTIME_CA_BUNDLE,
+        CONDUCTOR_DB_TLS: 'verify-full',
         CONDUCTOR_DB_HOST: database.host,
         CONDUCTOR_DB_NAME: database.name,
-        CONDUCTOR_APP_SECRET_ARN: this.appSecret.secretArn,
         CONDUCTOR_GITHUB_API_URL: props.githubApiUrl ?? 'https://api.github.com',
         CONDUCTOR_LEASE_S: String(props.leaseSeconds ?? 45),
-        CONDUCTOR_DB_POOL_MAX: String(props.dbPoolMax ?? 2),
+        CONDUCTOR_DB_POOL_MAX: String(poolMax),
         // RDS Proxy pins a session that prepares a statement to one database
         // connection; behind it the hot statements go unprepared.
         CONDUCTOR_DB_PREPARED_STATEMENTS: String(!this.proxy),
       },
     }).byName;
     this.functions = functions;
+    if (iamAuth) {
+      for (const name of FUNCTION_NAMES) {
+        if (name !== 'migrate') this.cluster!.grantConnect(functions[name], APP_DB_USER);
+      }
+    }
+    const gateObject = this.gateBucket.arnForObjects(GATE_KEY);
+    for (const name of GATE_READERS) {
+      functions[name].addToRolePolicy(
+        new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [gateObject] }),
+      );
+    }
+    for (const name of GATE_WRITERS) {
+      functions[name].addToRolePolicy(
+        new iam.PolicyStatement({ actions: ['s3:PutObject'], resources: [gateObject] }),
+      );
+    }
+    functions.sweep.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['s3:DeleteObject'], resources: [gateObject] }),
+    );
+    // The webhook function keeps the directory and writes large bodies; the
+    // consumer reads and deletes them.
+    const directory = this.gateBucket.arnForObjects('webhooks/*');
+    const deliveries = this.gateBucket.arnForObjects(`${DELIVERY_PREFIX}*`);
+    functions.webhook.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:PutObject'],
+        resources: [directory],
+      }),
+    );
+    functions.webhook.addToRolePolicy(
+      new iam.PolicyStatement({ actions: ['s3:PutObject'], resources: [deliveries] }),
+    );
+    functions.webhookQueue.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:GetObject', 's3:DeleteObject'],
+        resources: [deliveries],
+      }),
+    );
+    this.webhookQueue.grantSendMessages(functions.webhook);
+    functions.webhookQueue.addEventSource(
+      new eventSources.SqsEventSource(this.webhookQueue, {
+        batchSize: 10,
+        reportBatchItemFailures: true,
+        maxConcurrency: RESERVED_CONCURRENCY.webhookQueue,
+      }),
+    );
 
     // Compile runs only when webhook, api or sweep invoke it (asynchronously).
     // Lambda retries a failed async invocation twice, then the event lands in
@@ -161,12 +324,31 @@ export class ConductorStack extends Stack {
     }
 
     this.httpApi = this.createHttpApi(functions);
+    // Throttling for the whole stage: a flood is answered 429 by API Gateway
+    // before it costs an invocation or a connection.
+    const throttle = props.throttle ?? { rate: 50, burst: 100 };
+    const stage = this.httpApi.defaultStage!.node.defaultChild as apigwv2.CfnStage;
+    stage.defaultRouteSettings = {
+      throttlingRateLimit: throttle.rate,
+      throttlingBurstLimit: throttle.burst,
+    };
 
     // --- The sweep's schedule ------------------------------------------------
     new events.Rule(this, 'SweepSchedule', {
       description: 'Conductor: run the sweep',
       schedule: events.Schedule.rate(props.sweepInterval ?? Duration.minutes(1)),
       targets: [new eventsTargets.LambdaFunction(functions.sweep)],
+    });
+    // Once a day the sweep runs whatever the idle gate says: retention, and
+    // the backstop for a gate left closed over work (docs/deploy.md).
+    new events.Rule(this, 'DailySchedule', {
+      description: 'Conductor: the daily sweep (retention; ignores the idle gate)',
+      schedule: events.Schedule.rate(Duration.days(1)),
+      targets: [
+        new eventsTargets.LambdaFunction(functions.sweep, {
+          event: events.RuleTargetInput.fromObject({ conductor: 'daily' }),
+        }),
+      ],
     });
     // A failed sweep is not worth retrying: the next one is at most one interval away.
     functions.sweep.configureAsyncInvoke({ retryAttempts: 0, maxEventAge: Duration.minutes(1) });
@@ -197,12 +379,16 @@ export class ConductorStack extends Stack {
       functions,
       httpApi: this.httpApi,
       compileFailures: this.compileFailures,
+      webhookDeadLetters: this.webhookDeadLetters,
       namespace: `Conductor/${this.stackName}`,
       alarmEmail: props.alarmEmail,
     }).topic;
 
     new CfnOutput(this, 'ApiUrl', { value: this.httpApi.apiEndpoint });
     new CfnOutput(this, 'AppSecretArn', { value: this.appSecret.secretArn });
+    new CfnOutput(this, 'SecretKeyArn', { value: this.secretKey.secretArn });
+    new CfnOutput(this, 'GateBucketName', { value: this.gateBucket.bucketName });
+    new CfnOutput(this, 'WebhookDeadLettersUrl', { value: this.webhookDeadLetters.queueUrl });
     new CfnOutput(this, 'DatabaseSecretArn', { value: this.dbSecret.secretArn });
     new CfnOutput(this, 'DatabaseHost', { value: database.host });
     new CfnOutput(this, 'MigrateFunctionName', { value: functions.migrate.functionName });

@@ -9,6 +9,7 @@ import { iamPassword } from './db/iam-token.ts';
 import { createPool, type Pool, setPreparedStatements } from './db/index.ts';
 import { allowPrivateForges } from './forge/client.ts';
 import { IdleGate } from './idle/gate.ts';
+import type { WebhookIntake } from './idle/intake.ts';
 import { log } from './log.ts';
 import { type Keyring, parseKeyring } from './secrets.ts';
 
@@ -21,6 +22,12 @@ export interface AppContext {
   dispatchCompile?: (jobId: string) => Promise<void>;
   /** The idle gate (lib/idle/gate.ts); unset: no gate, claims and sweeps always look. */
   gate?: IdleGate;
+  /**
+   * Where a webhook goes when the database does not answer in time
+   * (lib/idle/intake.ts); lib/app/webhook.ts builds it from the
+   * configuration, so only its bundle carries the SQS client. Unset: it waits.
+   */
+  intake?: WebhookIntake;
 }
 
 let current: Promise<AppContext> | undefined;

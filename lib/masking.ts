@@ -1,6 +1,6 @@
 // Masking secret values in what a runner reports (log text, errors, outputs),
-// by one rule on both sides of the wire: the control plane (lib/logs.ts) and
-// the reference runner (lib/runner/logstream.ts) build the same Masker.
+// by one rule on both sides of the wire: the control plane (lib/app/logs.ts) and
+// the reference runner (runner/logstream.ts) build the same Masker.
 //
 // A value is masked in the forms a script is likely to print it in:
 // - as it is, and each line of a value that spans lines;

@@ -6,6 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setQuiet } from '../lib/log.ts';
+import { signJobLink } from '../lib/pages/access.ts';
 import { type Runner, startRunner } from '../runner/index.ts';
 import { tempDirForCluster } from './postgres.ts';
 import { sendPush } from './push.ts';
@@ -48,12 +49,15 @@ export interface DemoResult {
   jobState: string;
   tasks: { name: string; state: string; attempt: number; duration_s: number | null }[];
   packageLog: string;
+  /** The job's page, by its signed link. */
+  pageUrl: string;
 }
 
 /** Runs the demo, printing as it goes; answers what happened. */
 export async function runDemo(
   out: (line: string) => void,
-  opts: { timeoutMs?: number } = {},
+  /** `keep`: after the table, the stack and runners stay up until it resolves (Ctrl-C). */
+  opts: { timeoutMs?: number; keep?: () => Promise<void> } = {},
 ): Promise<DemoResult> {
   const started = Date.now();
   const deadline = started + (opts.timeoutMs ?? 120_000);
@@ -207,6 +211,11 @@ export async function runDemo(
           })
         ).text()
       : '';
+    // The signed link a commit status would carry: it opens without signing in.
+    const pageUrl = `${url}/jobs/${accepted.job_id}?sig=${signJobLink(stack.context.keyring, accepted.job_id)}`;
+    out('');
+    out(`job page     ${pageUrl}`);
+    if (!opts.keep) out('             (npm run demo -- --keep keeps it up until Ctrl-C)');
     out('');
     out('the package task logged (its secret masked):');
     for (const line of packageLog.trimEnd().split('\n')) out(`  | ${line}`);
@@ -214,7 +223,14 @@ export async function runDemo(
     out(
       `job #${accepted.number}: ${view.job.state}${view.job.state === 'pending' || view.job.state === 'running' ? ' (timed out waiting)' : ''}`,
     );
-    return { jobState: view.job.state, tasks, packageLog };
+    if (opts.keep) {
+      out('');
+      out(
+        `kept up: ${url} (sign in at ${url}/login with the admin token ${adminToken}); Ctrl-C stops it`,
+      );
+      await opts.keep();
+    }
+    return { jobState: view.job.state, tasks, packageLog, pageUrl };
   } finally {
     await Promise.all(runners.map((r) => r.stop({ graceMs: 2_000 })));
     await stack?.stop();

@@ -1,5 +1,18 @@
-// npm run demo: the whole system in one command; exits 0 when the job succeeded.
+// npm run demo [-- --keep]: the whole system in one command; exits 0 when the
+// job succeeded. --keep leaves the stack and its runners up (the job page's
+// link is printed) until Ctrl-C.
 import { runDemo } from '../local/demo.ts';
 
-const result = await runDemo((line) => console.log(line));
+const keep = process.argv.includes('--keep');
+const result = await runDemo((line) => console.log(line), {
+  ...(keep
+    ? {
+        keep: () =>
+          new Promise<void>((done) => {
+            process.once('SIGINT', () => done());
+            process.once('SIGTERM', () => done());
+          }),
+      }
+    : {}),
+});
 process.exit(result.jobState === 'success' ? 0 : 1);

@@ -31,8 +31,8 @@ const PRIMITIVES = [
  * other (each is a Lambda of its own).
  */
 const ALLOWED: Record<string, readonly string[]> = {
-  infra: ['functions', 'scripts', 'app', 'http', 'db', 'context', 'primitives'],
-  local: ['functions', 'runner', 'app', 'forge', 'http', 'db', 'context', 'primitives'],
+  infra: ['functions', 'scripts', 'app', 'http', 'idle', 'db', 'context', 'primitives'],
+  local: ['functions', 'runner', 'app', 'pages', 'forge', 'http', 'db', 'context', 'primitives'],
   scripts: ['local', 'runner', 'db', 'primitives'],
   runner: ['pipeline', 'primitives'],
   functions: ['app', 'http', 'pages', 'context', 'primitives'],
@@ -41,7 +41,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   http: ['db', 'primitives'],
   scheduler: ['pipeline', 'db', 'primitives'],
   forge: ['pipeline', 'primitives'],
-  idle: ['db', 'primitives'],
+  idle: ['forge', 'db', 'primitives'],
   pipeline: ['primitives'],
   context: ['db', 'forge', 'idle', 'primitives'],
   db: ['primitives'],

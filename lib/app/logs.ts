@@ -6,6 +6,7 @@
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError } from '../errors.ts';
 import { Masker } from '../masking.ts';
+import { describeBytes } from '../pipeline/limits.ts';
 import { checkOutputs, type TaskOutputs } from '../scheduler/outputs.ts';
 import { decrypt, type Keyring, SecretDecryptError } from '../secrets.ts';
 import { forgeToken, sealContext } from './projects.ts';
@@ -15,13 +16,14 @@ export const MAX_CHUNK_BYTES = 1024 * 1024;
 const MiB = 1024 * 1024;
 
 /**
- * The job's log quota is reserved in blocks of a 64th of it (at most 1 MiB)
- * as each attempt's log grows: the job's counter row is then written once a
- * block per attempt, not once a chunk, so the tasks of a job that log at once
- * seldom wait for each other on it. The price: a job is refused up to one
- * block per running attempt before its logs really reach the quota.
+ * The job's log quota is counted in blocks of a 64th of it (at most 1 MiB):
+ * an attempt's log holds every block it has entered, and an attempt is
+ * checked against the quota only when a chunk takes it into a new block, so
+ * the sum over the job's attempts is read once a block per attempt, not once
+ * a chunk, and no row is written for it (a counter per job would be a row
+ * every logging task of the job waits for: see checkJobQuota).
  */
-export function logQuotaBlock(quota: number): number {
+function logQuotaBlock(quota: number): number {
   return Math.max(1, Math.min(MiB, Math.floor(quota / 64)));
 }
 
@@ -35,11 +37,6 @@ export interface AppendLog {
   maxBytes: number;
   /** The most all attempts of all tasks of the task's job may log, in bytes. */
   jobMaxBytes: number;
-}
-
-/** `268435456 bytes (256 MiB)`. */
-function bytesText(bytes: number): string {
-  return bytes % MiB === 0 ? `${bytes} bytes (${bytes / MiB} MiB)` : `${bytes} bytes`;
 }
 
 /**
@@ -104,10 +101,18 @@ export async function appendLog(
     const newSize = size + tail.length;
     if (newSize > input.maxBytes) {
       throw new PayloadTooLargeError(
-        `the log of this attempt reached its limit of ${bytesText(input.maxBytes)}`,
+        `the log of this attempt reached its limit of ${describeBytes(input.maxBytes)}`,
       );
     }
-    await reserveJobQuota(tx, task.job_id, size, newSize, input.jobMaxBytes);
+    await checkJobQuota(
+      tx,
+      task.job_id,
+      input.taskId,
+      task.attempt,
+      size,
+      newSize,
+      input.jobMaxBytes,
+    );
     const masker = openMasker(keyring, task);
     const text = masker.empty
       ? tail.toString('utf8')
@@ -126,31 +131,38 @@ export async function appendLog(
 }
 
 /**
- * Reserves the blocks of the job's quota an attempt growing from `size` to
- * `newSize` bytes needs, or refuses the chunk (413). Conditional in one
- * statement: of two attempts that reserve at once, the second waits for the
- * first's commit (at REPEATABLE READ it then fails with 40001 and the chunk is
- * retried), so the counter never passes the quota.
+ * Refuses the chunk (413) when it takes the attempt into a block of the
+ * job's quota that the quota has no room for: the blocks every other attempt
+ * of the job has entered (its log size rounded up to a block) and the blocks
+ * this one would then hold must fit. Nothing is written, so the tasks of a job
+ * that log at once never wait for each other. Measured: sixteen tasks of one
+ * job appending at once through a per-job counter row, written in the append's
+ * transaction, lost serialization races until the append gave up
+ * (REPEATABLE READ); this read conflicts with nothing. Two attempts that enter
+ * new blocks at the same moment do not see each other's: a job may pass its
+ * quota by at most a block per such attempt.
  */
-async function reserveJobQuota(
+async function checkJobQuota(
   tx: Queryable,
   jobId: string,
+  taskId: string,
+  attempt: number,
   size: number,
   newSize: number,
   quota: number,
 ): Promise<void> {
   const block = logQuotaBlock(quota);
-  const more = (Math.ceil(newSize / block) - Math.ceil(size / block)) * block;
-  if (more <= 0) return;
-  const { rowCount } = await tx.query(
-    `insert into job_log_usage (job_id, reserved) select $1, $2::bigint where $2::bigint <= $3::bigint
-     on conflict (job_id) do update set reserved = job_log_usage.reserved + excluded.reserved
-      where job_log_usage.reserved + excluded.reserved <= $3::bigint`,
-    [jobId, more, quota],
+  const blocks = Math.ceil(newSize / block);
+  if (blocks === Math.ceil(size / block)) return;
+  const { rows } = await tx.query<{ held: string }>(
+    `select coalesce(sum(ceil(a.log_size / $2::numeric)), 0) as held
+       from tasks t join task_attempts a on a.task_id = t.id
+      where t.job_id = $1 and not (a.task_id = $3 and a.attempt = $4)`,
+    [jobId, block, taskId, attempt],
   );
-  if (rowCount === 0) {
+  if ((Number(rows[0]!.held) + blocks) * block > quota) {
     throw new PayloadTooLargeError(
-      `the logs of this job reached their quota of ${bytesText(quota)} (CONDUCTOR_JOB_LOG_MAX_BYTES)`,
+      `the logs of this job reached their quota of ${describeBytes(quota)} (CONDUCTOR_JOB_LOG_MAX_BYTES)`,
     );
   }
 }

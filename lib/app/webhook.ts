@@ -2,7 +2,7 @@
 // headers and payload, project, signature, then what the event asks for.
 import { createHash } from 'node:crypto';
 import type { AppContext } from '../context.ts';
-import { BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
+import { AppError, BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
 import {
   type ForgeKind,
   parseWebhook,
@@ -11,6 +11,9 @@ import {
   type WebhookIntent,
 } from '../forge/webhook.ts';
 import type { Reply } from '../http/index.ts';
+import { awsIntake, forgetBody, messageBody } from '../idle/aws-intake.ts';
+import { type DeliveryMessage, databaseAnswers, type WebhookIntake } from '../idle/intake.ts';
+import { log } from '../log.ts';
 import { cancelPullRequest, createJob } from '../scheduler/index.ts';
 import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
@@ -75,18 +78,14 @@ export function webhookTrust(
 }
 
 /**
- * Handles one delivery and answers the reply. A new job is set on its way
- * (triggerJob: its compile dispatched, or its status posted when it waits for
- * approval); the jobs the delivery cancelled (superseded, or their pull
- * request closed) have their new statuses posted.
+ * The checks that need no database, in the contract's order: headers, JSON,
+ * the fields the event needs (400). Answers what the rest of the checks use.
  */
-export async function receiveWebhook(
-  ctx: AppContext,
+export function checkDelivery(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
-): Promise<Reply> {
-  const { pool, keyring } = ctx;
+): { intent: WebhookIntent; delivery: string; signature: string | undefined } {
   const { event, delivery, signature } = readWebhookHeaders(forge, headers);
   let payload: unknown;
   try {
@@ -94,12 +93,54 @@ export async function receiveWebhook(
   } catch {
     throw new BadRequestError('the body is not valid JSON');
   }
-  const intent = parseWebhook(forge, event, payload);
-  const project = await findProjectByRepo(pool, forge, intent.repo);
+  return { intent: parseWebhook(forge, event, payload), delivery, signature };
+}
+
+/** What a delivery that passed the signature check was verified against. */
+export interface VerifiedBy {
+  projectId: string;
+  repo: string;
+  /** The project's webhook secret, sealed as in the database. */
+  secretEnc: string;
+}
+
+/**
+ * One delivery, start to end: the checks, the project, the signature, then
+ * what the event asks for. A new job is set on its way (triggerJob: its
+ * compile dispatched, or its status posted when it waits for approval); the
+ * jobs the delivery cancelled (superseded, or their pull request closed) have
+ * their new statuses posted. The webhook function runs this directly; the
+ * queue's consumer runs it for a delivery queued while the database was
+ * resuming. Answers the reply and what the signature was checked against.
+ */
+export async function handleDelivery(
+  ctx: AppContext,
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+  body: Buffer,
+): Promise<{ reply: Reply; verifiedBy?: VerifiedBy }> {
+  const { intent, delivery, signature } = checkDelivery(forge, headers, body);
+  const project = await findProjectByRepo(ctx.pool, forge, intent.repo);
   if (!project) throw new NotFoundError(`no ${forge} project for ${intent.repo}`);
-  if (!verifySignature(forge, body, webhookSecret(keyring, project), signature)) {
+  if (!verifySignature(forge, body, webhookSecret(ctx.keyring, project), signature)) {
     throw new UnauthorizedError('the webhook signature is missing or wrong');
   }
+  const verifiedBy = {
+    projectId: project.id,
+    repo: intent.repo,
+    secretEnc: project.webhook_secret_enc,
+  };
+  return { verifiedBy, reply: await afterVerified(ctx, project, intent, delivery, body) };
+}
+
+async function afterVerified(
+  ctx: AppContext,
+  project: ProjectRow,
+  intent: WebhookIntent,
+  delivery: string,
+  body: Buffer,
+): Promise<Reply> {
+  const { pool } = ctx;
   if (!project.enabled) return { status: 200, body: { ignored: 'the project is disabled' } };
   if (intent.kind === 'ignore') return { status: 200, body: { ignored: intent.reason } };
   if (intent.kind === 'close_pull_request') {
@@ -149,4 +190,106 @@ export async function receiveWebhook(
   // A blocked job is compiled once it is approved.
   await triggerJob(ctx, created.job, created.superseded);
   return { status: 202, body: { job_id: created.job.id, number: created.job.number } };
+}
+
+// The sealed secret each repository's directory entry was last written with,
+// so a delivery writes the entry only when it changed.
+const published = new Map<string, string>();
+
+function intakeOf(ctx: AppContext): WebhookIntake | undefined {
+  const { CONDUCTOR_WEBHOOK_QUEUE_URL: queue, CONDUCTOR_GATE_BUCKET: bucket } = ctx.config;
+  if (!ctx.intake && queue && bucket) ctx.intake = awsIntake(queue, bucket);
+  return ctx.intake;
+}
+
+/**
+ * POST /v1/webhooks/github and /v1/webhooks/gitea. With a queue configured
+ * (deployed), a delivery the database cannot take within
+ * CONDUCTOR_WEBHOOK_DB_WAIT_MS is queued if its signature checks against the
+ * directory, and answered `202 {"queued": true, "delivery"}`; anything else
+ * takes the direct path (handleDelivery) and every answer of the contract
+ * (docs/deploy.md, "Webhooks while the database resumes").
+ */
+export async function receiveWebhook(
+  ctx: AppContext,
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+  body: Buffer,
+): Promise<Reply> {
+  const intake = intakeOf(ctx);
+  if (intake) {
+    // 400s first: they need no database.
+    const { intent, delivery, signature } = checkDelivery(forge, headers, body);
+    if (!(await databaseAnswers(ctx.pool, ctx.config.CONDUCTOR_WEBHOOK_DB_WAIT_MS))) {
+      const entry = await intake.directory.get(forge, intent.repo).catch((err) => {
+        log('warn', 'could not read the webhook directory', { err });
+        return undefined;
+      });
+      const secret = entry
+        ? webhookSecret(ctx.keyring, {
+            id: entry.projectId,
+            webhook_secret_enc: entry.secretEnc,
+          } as ProjectRow)
+        : undefined;
+      if (secret !== undefined && verifySignature(forge, body, secret, signature)) {
+        await intake.queue.send({ forge, headers, body });
+        log('info', 'the database did not answer in time: delivery queued', { delivery });
+        return { status: 202, body: { queued: true, delivery } };
+      }
+      // Unknown here, or a secret rotated since: only the database can say
+      // 404 or 401, so wait for it (the connect covers a resume).
+    }
+  }
+  const { reply, verifiedBy } = await handleDelivery(ctx, forge, headers, body);
+  if (
+    intake &&
+    verifiedBy &&
+    published.get(`${forge} ${verifiedBy.repo}`) !== verifiedBy.secretEnc
+  ) {
+    await intake.directory
+      .put(forge, verifiedBy)
+      .then(() => published.set(`${forge} ${verifiedBy.repo}`, verifiedBy.secretEnc))
+      .catch((err) => log('warn', 'could not write the webhook directory', { err }));
+  }
+  return reply;
+}
+
+/**
+ * One message of the webhook queue: a delivery queued while the database was
+ * resuming goes through the same handling as a direct one (signature,
+ * dedupe, job, compile, statuses). A delivery the contract would refuse (a
+ * 4xx: no project, a bad signature) or a message that is not JSON is logged
+ * and dropped; answers false for any other failure, which leaves it on the
+ * queue for another try (after five, the dead-letter queue keeps it).
+ */
+export async function handleQueuedDelivery(
+  ctx: AppContext,
+  record: { messageId: string; body: string },
+): Promise<boolean> {
+  const bucket = ctx.config.CONDUCTOR_GATE_BUCKET;
+  let message: DeliveryMessage;
+  try {
+    message = JSON.parse(record.body) as DeliveryMessage;
+  } catch (err) {
+    log('error', 'a webhook queue message that is not JSON: dropped', {
+      err,
+      id: record.messageId,
+    });
+    return true;
+  }
+  try {
+    const body = await messageBody(message, bucket);
+    const { reply } = await handleDelivery(ctx, message.forge, message.headers, body);
+    log('info', 'queued webhook delivery handled', { status: reply.status, body: reply.body });
+    await forgetBody(message, bucket).catch(() => {});
+    return true;
+  } catch (err) {
+    if (err instanceof AppError && err.status < 500) {
+      log('warn', 'queued webhook delivery refused: dropped', { status: err.status, err });
+      await forgetBody(message, bucket).catch(() => {});
+      return true;
+    }
+    log('error', 'queued webhook delivery failed; it stays queued', { err });
+    return false;
+  }
 }

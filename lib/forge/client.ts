@@ -3,7 +3,7 @@
 // address it may connect to, redirects, and one reading of the answer (ok,
 // permanent, retryable, rate-limited). Reading the pipeline file
 // (pipeline-file.ts), asking Gitea about writers (permission.ts) and posting
-// commit statuses (lib/statuses.ts) all go through callForge.
+// commit statuses (statuses.ts) all go through callForge.
 //
 // A forge URL is an admin's setting, but what it names is resolved at call
 // time, and the control plane runs where a request to 127.0.0.1 or

@@ -81,7 +81,9 @@ export const CLIENT_SCRIPT = String.raw`(function () {
   }
 
   var timer = null, busy = false;
-  function logDone() { return !cfg.task || (cfg.taskFinal && cfg.end >= cfg.size && !cfg.partial); }
+  // A final task logs nothing more: its last read had all of it, an
+  // unfinished last line included.
+  function logDone() { return !cfg.task || (cfg.taskFinal && (cfg.end >= cfg.size || cfg.partial)); }
   async function tick() {
     if (busy) return;
     busy = true;
@@ -97,6 +99,11 @@ export const CLIENT_SCRIPT = String.raw`(function () {
       if (head && head.innerHTML !== d.header) head.innerHTML = d.header;
       var acts = document.getElementById('job-actions');
       if (acts && acts.innerHTML !== d.actions) acts.innerHTML = d.actions;
+      if (d.tasks.length !== Object.keys(nodes).length) {
+        // The pipeline file was read since the page was drawn: the graph is new.
+        location.reload();
+        return;
+      }
       d.tasks.forEach(updateTask);
       if (d.open && cfg.follow && cfg.attempt !== null && d.open.attempt > cfg.attempt) {
         // A new attempt began: the log shown starts over with it.

@@ -74,7 +74,8 @@ interface Layout {
   height: number;
   /** Top-left corner of each group, by base name. */
   at: Map<string, { x: number; y: number }>;
-  edges: { from: string; to: string }[];
+  /** dagre's route of each edge (border to border, around the boxes); none from the columns. */
+  edges: { from: string; to: string; points?: { x: number; y: number }[] }[];
 }
 
 const layouts = new Map<string, Layout>();
@@ -124,17 +125,37 @@ function layoutWithDagre(groups: Group[], edges: [string, string][]): Layout {
   for (const group of groups) g.setNode(group.key, { width: group.w, height: group.h });
   for (const [from, to] of edges) g.setEdge(from, to);
   dagre.layout(g);
-  const at = new Map<string, { x: number; y: number }>();
-  for (const group of groups) {
+  const boxes = groups.map((group) => {
     const n = g.node(group.key) as { x: number; y: number };
-    at.set(group.key, { x: n.x - group.w / 2, y: n.y - group.h / 2 });
-  }
-  const graph = g.graph() as { width?: number; height?: number };
+    return { key: group.key, x: n.x - group.w / 2, y: n.y - group.h / 2, w: group.w, h: group.h };
+  });
+  const routes = edges.map(([from, to]) => ({
+    from,
+    to,
+    points: ((g.edge(from, to) as { points?: { x: number; y: number }[] }).points ?? []).map(
+      (p) => ({ x: p.x, y: p.y }),
+    ),
+  }));
+  // A curve may bend past the margin dagre leaves: fit the drawing to all of it.
+  const xs = [
+    ...boxes.flatMap((b) => [b.x, b.x + b.w]),
+    ...routes.flatMap((e) => e.points.map((p) => p.x)),
+  ];
+  const ys = [
+    ...boxes.flatMap((b) => [b.y, b.y + b.h]),
+    ...routes.flatMap((e) => e.points.map((p) => p.y)),
+  ];
+  const dx = 12 - Math.min(...xs);
+  const dy = 12 - Math.min(...ys);
+  const at = new Map(boxes.map((b) => [b.key, { x: b.x + dx, y: b.y + dy }]));
   return {
-    width: Math.ceil(graph.width ?? 0),
-    height: Math.ceil(graph.height ?? 0),
+    width: Math.ceil(Math.max(...xs) + dx + 12),
+    height: Math.ceil(Math.max(...ys) + dy + 12),
     at,
-    edges: edges.map(([from, to]) => ({ from, to })),
+    edges: routes.map((e) => ({
+      ...e,
+      points: e.points.map((p) => ({ x: p.x + dx, y: p.y + dy })),
+    })),
   };
 }
 
@@ -216,6 +237,18 @@ function edgePath(
   const gb = groups.get(edge.to)!;
   const start = { x: a.x + ga.w, y: a.y + ga.h / 2 };
   const end = { x: b.x, y: b.y + gb.h / 2 };
+  const points = edge.points;
+  if (points && points.length >= 2) {
+    // Through dagre's points, each corner rounded by a quadratic curve.
+    let d = `M${r(points[0]!.x)},${r(points[0]!.y)}`;
+    for (let i = 1; i < points.length - 1; i++) {
+      const p = points[i]!;
+      const q = points[i + 1]!;
+      d += `Q${r(p.x)},${r(p.y)} ${r((p.x + q.x) / 2)},${r((p.y + q.y) / 2)}`;
+    }
+    const last = points[points.length - 1]!;
+    return `${d}L${r(last.x)},${r(last.y)}`;
+  }
   const mx = (start.x + end.x) / 2;
   return `M${r(start.x)},${r(start.y)}C${r(mx)},${r(start.y)} ${r(mx)},${r(end.y)} ${r(end.x)},${r(end.y)}`;
 }

@@ -2,6 +2,7 @@
 // docs/limits.md on outputs, checked by the completion route (checkOutputs)
 // and by the promotion of a task that needs them (progress.ts).
 import { PayloadTooLargeError, ValidationError } from '../errors.ts';
+import { describeBytes } from '../pipeline/limits.ts';
 
 const MiB = 1024 * 1024;
 
@@ -56,7 +57,7 @@ export function checkOutputs(outputs: Record<string, string>, task: TaskOutputs)
   const bytes = outputBytes(outputs);
   if (bytes > MAX_OUTPUT_BYTES) {
     throw new PayloadTooLargeError(
-      `the outputs weigh ${bytes} bytes as JSON; at most ${MAX_OUTPUT_BYTES} bytes (1 MiB) of outputs per task are allowed`,
+      `the outputs weigh ${bytes} bytes as JSON; at most ${describeBytes(MAX_OUTPUT_BYTES)} of outputs per task are allowed`,
     );
   }
 }

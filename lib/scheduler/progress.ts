@@ -6,6 +6,7 @@
 // children and jobs when two tasks finish at once.
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
+import { describeBytes } from '../pipeline/limits.ts';
 import type { JobState } from '../states.ts';
 import { MAX_INHERITED_OUTPUT_BYTES } from './outputs.ts';
 
@@ -193,7 +194,7 @@ async function overweight(
     heavy.push({
       id: row.id,
       name: row.name,
-      error: `needs ${total} bytes of outputs from ${named}; at most ${MAX_INHERITED_OUTPUT_BYTES} bytes (1 MiB) of inherited outputs per task are allowed`,
+      error: `needs ${total} bytes of outputs from ${named}; at most ${describeBytes(MAX_INHERITED_OUTPUT_BYTES)} of inherited outputs per task are allowed`,
     });
   }
   return heavy;

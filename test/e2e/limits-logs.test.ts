@@ -24,7 +24,7 @@ const {
   stack,
   projects: { project },
 } = await startE2E(import.meta.filename, {
-  // The smallest quota there is: 1 MiB per job, reserved 16 KiB at a time.
+  // The smallest quota there is: 1 MiB per job, counted in blocks of 16 KiB.
   env: { CONDUCTOR_JOB_LOG_MAX_BYTES: String(MiB) },
   projects: {
     project: { forge: 'github', id: 'log-limits', repo: REPO, cancel_superseded: false },

@@ -22,7 +22,9 @@ import {
 const bundles = stubBundles();
 // Synthesised once per shape and shared by the tests that only read it.
 const byDefault = synth(bundles);
-const noProxy = synth(bundles, { proxy: false });
+// The option that puts RDS Proxy in front (at 0.5 ACU, which the proxy keeps awake anyway).
+const withProxy = synth(bundles, { proxy: true, minCapacity: 0.5 });
+const noProxy = byDefault;
 
 const functionIds = ({ stack }: Synthesised) =>
   new Map(FUNCTION_NAMES.map((name) => [logicalId(stack, stack.functions[name]), name]));
@@ -97,14 +99,23 @@ describe('the HTTP API', () => {
 });
 
 describe('the sweep', () => {
-  test('an EventBridge schedule runs the sweep every minute', () => {
+  test('an EventBridge schedule runs the sweep every minute, and once a day past the idle gate', () => {
     const sweepId = logicalId(byDefault.stack, byDefault.stack.functions.sweep);
     byDefault.template.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
       State: 'ENABLED',
       Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [sweepId, 'Arn'] } })],
     });
-    assert.equal(resourcesOf(byDefault.json, 'AWS::Events::Rule').length, 1);
+    byDefault.template.hasResourceProperties('AWS::Events::Rule', {
+      ScheduleExpression: 'rate(1 day)',
+      Targets: [
+        Match.objectLike({
+          Arn: { 'Fn::GetAtt': [sweepId, 'Arn'] },
+          Input: JSON.stringify({ conductor: 'daily' }),
+        }),
+      ],
+    });
+    assert.equal(resourcesOf(byDefault.json, 'AWS::Events::Rule').length, 2);
   });
 
   test('the schedule is a stack setting', () => {
@@ -154,7 +165,8 @@ describe('compile', () => {
     const senders = policyStatements(byDefault.json)
       .filter(({ statement }) => asList(statement.Action).includes('sqs:SendMessage'))
       .flatMap(({ roles }) => roles.map((r) => roleIds(byDefault).get(r)));
-    assert.deepEqual(senders, ['compile']);
+    // compile to its failure queue; webhook to the webhook queue.
+    assert.deepEqual(senders.sort(), ['compile', 'webhook']);
   });
 });
 
@@ -162,7 +174,7 @@ describe('IAM', () => {
   const DATA_SERVICES = ['secretsmanager', 'rds', 'rds-db', 'sqs', 'lambda', 'kms', 's3', 'sns'];
 
   for (const [shape, s] of [
-    ['with the proxy', byDefault],
+    ['with the proxy', withProxy],
     ['without the proxy', noProxy],
   ] as const) {
     test(`no statement allows every action, or a data resource by "*" (${shape})`, () => {
@@ -189,21 +201,25 @@ describe('IAM', () => {
     }
   });
 
-  test('each function reads exactly the two secrets, and writes only its own logs', () => {
+  test('each function reads only the secrets it uses, and writes only its own logs', () => {
     const { stack } = byDefault;
-    const secrets = [
-      { Ref: logicalId(stack, stack.dbSecret as never) },
-      { Ref: logicalId(stack, stack.appSecret) },
-    ];
+    const key = { Ref: logicalId(stack, stack.secretKey) };
+    const admin = { Ref: logicalId(stack, stack.appSecret) };
+    const owner = { Ref: logicalId(stack, stack.dbSecret as never) };
+    const expected: Record<string, unknown[]> = {
+      heartbeat: [],
+      migrate: [owner],
+      api: [key, admin],
+    };
     for (const name of FUNCTION_NAMES) {
       const roleId = logicalId(stack, stack.functions[name].role as iam.Role);
       const mine = policyStatements(byDefault.json).filter(({ roles }) => roles.includes(roleId));
-      const reads = mine.filter(({ statement }) =>
-        asList(statement.Action).some((a) => a.startsWith('secretsmanager:')),
-      );
-      assert.equal(reads.length, 1, name);
-      assert.deepEqual(asList(reads[0]!.statement.Action), ['secretsmanager:GetSecretValue']);
-      assert.deepEqual(reads[0]!.statement.Resource, secrets, name);
+      const reads = mine
+        .filter(({ statement }) =>
+          asList(statement.Action).includes('secretsmanager:GetSecretValue'),
+        )
+        .flatMap(({ statement }) => asList(statement.Resource as unknown[]));
+      assert.deepEqual(reads, expected[name] ?? [key], name);
       const logs = mine.filter(({ statement }) =>
         asList(statement.Action).some((a) => a.startsWith('logs:')),
       );
@@ -241,8 +257,8 @@ describe('the database', () => {
     }
   });
 
-  test('lets in the proxy only, and the proxy lets in the functions only', () => {
-    const { stack, json, template } = byDefault;
+  test('with the proxy, lets in the proxy only, and the proxy lets in the functions only', () => {
+    const { stack, json, template } = withProxy;
     const fns = logicalId(stack, stack.functionsSecurityGroup);
     const cluster = json.Resources[logicalId(stack, stack.cluster!)]!;
     const [dbGroup] = (cluster.Properties.VpcSecurityGroupIds as { 'Fn::GetAtt': string[] }[]).map(
@@ -266,6 +282,8 @@ describe('the database', () => {
     template.hasResourceProperties('AWS::RDS::DBProxy', {
       RequireTLS: true,
       EngineFamily: 'POSTGRESQL',
+      // Unique per stack: two stacks in one region do not collide.
+      DBProxyName: 'Conductor-proxy',
     });
   });
 
@@ -284,7 +302,7 @@ describe('the database', () => {
     );
   });
 
-  test('is Aurora PostgreSQL 16 Serverless v2 at 0.5 to 4 ACUs, encrypted, kept on delete', () => {
+  test('is Aurora PostgreSQL 16 Serverless v2 from 0 to 4 ACUs, pausing after 5 minutes, encrypted, kept on delete', () => {
     byDefault.template.hasResource('AWS::RDS::DBCluster', {
       Properties: Match.objectLike({
         Engine: 'aurora-postgresql',
@@ -292,14 +310,19 @@ describe('the database', () => {
         DatabaseName: 'conductor',
         StorageEncrypted: true,
         DeletionProtection: true,
-        ServerlessV2ScalingConfiguration: { MinCapacity: 0.5, MaxCapacity: 4 },
+        ServerlessV2ScalingConfiguration: {
+          MinCapacity: 0,
+          MaxCapacity: 4,
+          SecondsUntilAutoPause: 300,
+        },
+        EnableIAMDatabaseAuthentication: true,
       }),
       DeletionPolicy: 'Snapshot',
     });
   });
 
   test('minimum capacity 0 turns on auto-pause, and warns when the proxy would keep it awake', () => {
-    const paused = synth(bundles, { minCapacity: 0, proxy: false });
+    const paused = byDefault;
     paused.template.hasResourceProperties('AWS::RDS::DBCluster', {
       ServerlessV2ScalingConfiguration: {
         MinCapacity: 0,
@@ -308,8 +331,8 @@ describe('the database', () => {
       },
     });
     Annotations.fromStack(paused.stack).hasNoWarning('*', Match.stringLikeRegexp('does not pause'));
-    const withProxy = synth(bundles, { minCapacity: 0 });
-    Annotations.fromStack(withProxy.stack).hasWarning(
+    const pausedWithProxy = synth(bundles, { proxy: true });
+    Annotations.fromStack(pausedWithProxy.stack).hasWarning(
       '*',
       Match.stringLikeRegexp('does not pause'),
     );
@@ -335,43 +358,76 @@ describe('the functions', () => {
 
   test('every function is told where the database and the secrets are, never what they hold', () => {
     const { stack } = byDefault;
-    const proxyId = logicalId(stack, stack.proxy!);
+    const clusterId = logicalId(stack, stack.cluster!);
     for (const name of FUNCTION_NAMES) {
       const env = envOf(byDefault, name);
-      assert.deepEqual(env.CONDUCTOR_DB_SECRET_ARN, {
-        Ref: logicalId(stack, stack.dbSecret as never),
-      });
-      assert.deepEqual(env.CONDUCTOR_DB_HOST, { 'Fn::GetAtt': [proxyId, 'Endpoint'] });
+      // The application role signs in with IAM tokens; only migrate has the owner's secret.
+      if (name === 'migrate') {
+        assert.deepEqual(env.CONDUCTOR_DB_SECRET_ARN, {
+          Ref: logicalId(stack, stack.dbSecret as never),
+        });
+        assert.equal(env.CONDUCTOR_DB_APP_ROLE, 'conductor_app');
+      } else {
+        assert.equal(env.CONDUCTOR_DB_SECRET_ARN, undefined, name);
+        assert.equal(env.CONDUCTOR_DB_IAM_USER, 'conductor_app', name);
+      }
+      assert.deepEqual(env.CONDUCTOR_DB_HOST, { 'Fn::GetAtt': [clusterId, 'Endpoint.Address'] });
       assert.equal(env.CONDUCTOR_DB_NAME, 'conductor');
-      assert.deepEqual(env.CONDUCTOR_APP_SECRET_ARN, { Ref: logicalId(stack, stack.appSecret) });
+      assert.equal(env.CONDUCTOR_DB_TLS, 'verify-full');
+      assert.equal(env.NODE_EXTRA_CA_CERTS, '/var/runtime/ca-cert.pem');
+      assert.deepEqual(
+        env.CONDUCTOR_APP_SECRET_ARN,
+        name === 'api' ? { Ref: logicalId(stack, stack.appSecret) } : undefined,
+        name,
+      );
       assert.equal(env.CONDUCTOR_GITHUB_API_URL, 'https://api.github.com');
       assert.equal(env.CONDUCTOR_LEASE_S, '45');
       assert.equal(env.CONDUCTOR_DB_POOL_MAX, '2');
-      // Behind RDS Proxy a prepared statement would pin the session.
-      assert.equal(env.CONDUCTOR_DB_PREPARED_STATEMENTS, 'false');
+      assert.equal(env.CONDUCTOR_DB_PREPARED_STATEMENTS, 'true');
       assert.equal(env.NODE_OPTIONS, '--enable-source-maps');
       for (const key of ['DATABASE_URL', 'CONDUCTOR_ADMIN_TOKEN', 'CONDUCTOR_SECRET_KEY']) {
         assert.equal(env[key], undefined, `${name} has ${key}`);
       }
     }
-    // Without the proxy the functions connect to the cluster's endpoint.
-    const env = envOf(noProxy, 'claim');
+    // Behind RDS Proxy the functions connect to its endpoint with the
+    // database secret, and a prepared statement would pin the session.
+    const env = envOf(withProxy, 'claim');
     assert.deepEqual(env.CONDUCTOR_DB_HOST, {
-      'Fn::GetAtt': [logicalId(noProxy.stack, noProxy.stack.cluster!), 'Endpoint.Address'],
+      'Fn::GetAtt': [logicalId(withProxy.stack, withProxy.stack.proxy!), 'Endpoint'],
     });
-    assert.equal(env.CONDUCTOR_DB_PREPARED_STATEMENTS, 'true');
+    assert.deepEqual(env.CONDUCTOR_DB_SECRET_ARN, {
+      Ref: logicalId(withProxy.stack, withProxy.stack.dbSecret as never),
+    });
+    assert.equal(env.CONDUCTOR_DB_PREPARED_STATEMENTS, 'false');
   });
 
-  test('the app secret is generated by Secrets Manager; no value is in the template', () => {
+  test('the secrets are generated by Secrets Manager; no value is in the template', () => {
     const text = JSON.stringify(byDefault.json);
     const app = byDefault.json.Resources[logicalId(byDefault.stack, byDefault.stack.appSecret)]!;
     const generate = app.Properties.GenerateSecretString as Record<string, unknown>;
     assert.equal(generate.GenerateStringKey, 'admin_token');
-    assert.match(
-      JSON.stringify(generate.SecretStringTemplate),
-      /secret_key.*\{\{resolve:secretsmanager:/,
-    );
+    // The app secret no longer carries the sealing key.
+    assert.doesNotMatch(JSON.stringify(generate.SecretStringTemplate), /secret_key/);
     assert.doesNotMatch(text, /"SecretString"\s*:/);
+  });
+
+  test('reserved concurrency keeps every connection under max_connections, the sweep alone', () => {
+    let connections = 0;
+    for (const name of FUNCTION_NAMES) {
+      const fn =
+        byDefault.json.Resources[logicalId(byDefault.stack, byDefault.stack.functions[name])]!;
+      const reserved = fn.Properties.ReservedConcurrentExecutions as number;
+      assert.ok(reserved >= 1, name);
+      connections += reserved * 2;
+    }
+    assert.equal(
+      byDefault.json.Resources[logicalId(byDefault.stack, byDefault.stack.functions.sweep)]!
+        .Properties.ReservedConcurrentExecutions,
+      1,
+    );
+    // Aurora Serverless v2 at 4 ACU: max_connections 901; a tenth kept for people and migrations.
+    assert.ok(connections <= 810, `${connections} connections`);
+    assert.throws(() => synth(bundles, { dbPoolMax: 20 }), /over 810/);
   });
 
   test('logs are kept a month', () => {
@@ -391,9 +447,9 @@ describe('migrations', () => {
     });
     // It waits for the writer instance and the proxy's target.
     const instance = resourcesOf(json, 'AWS::RDS::DBInstance')[0]![0];
-    const target = resourcesOf(json, 'AWS::RDS::DBProxyTargetGroup')[0]![0];
+    const target = resourcesOf(withProxy.json, 'AWS::RDS::DBProxyTargetGroup')[0]![0];
+    assert.ok(withProxy.json.Resources.Migrations!.DependsOn?.includes(target));
     assert.ok(migrations.DependsOn?.includes(instance));
-    assert.ok(migrations.DependsOn?.includes(target));
     for (const name of FUNCTION_NAMES) {
       const fn = json.Resources[logicalId(stack, stack.functions[name])]!;
       assert.equal(fn.DependsOn?.includes('Migrations') ?? false, name !== 'migrate', name);
@@ -415,31 +471,34 @@ describe('migrations', () => {
 });
 
 describe('alarms', () => {
-  test("each function's errors, the API's 5xx, failed compiles and stalled jobs raise an alarm", () => {
+  test("the sweep's errors, the API's 5xx, failed compiles, dead webhooks and stalled jobs raise an alarm", () => {
     const alarms = resourcesOf(byDefault.json, 'AWS::CloudWatch::Alarm');
     const topic = { Ref: logicalId(byDefault.stack, byDefault.stack.alarmTopic) };
     for (const [id, alarm] of alarms) assert.deepEqual(alarm.Properties.AlarmActions, [topic], id);
     const onErrors = alarms.filter(([, a]) => a.Properties.MetricName === 'Errors');
-    assert.equal(onErrors.length, FUNCTION_NAMES.length);
-    assert.ok(alarms.some(([, a]) => a.Properties.MetricName === '5xx'));
-    assert.ok(
-      alarms.some(([, a]) => a.Properties.MetricName === 'ApproximateNumberOfMessagesVisible'),
+    assert.deepEqual(
+      onErrors.map(([id]) => id.replace(/Alarm.*$/, '')),
+      ['SweepErrors'],
     );
+    assert.ok(alarms.some(([, a]) => a.Properties.MetricName === '5xx'));
+    const queues = alarms.filter(
+      ([, a]) => a.Properties.MetricName === 'ApproximateNumberOfMessagesVisible',
+    );
+    assert.equal(queues.length, 2, 'compile failures and webhook dead letters');
     const stalled = alarms.find(([id]) => id.startsWith('SweepRepairedStalledJobs'));
     assert.ok(stalled, 'no alarm on stalled jobs');
-    assert.match(
-      JSON.stringify(stalled[1].Properties.Metrics),
-      /settled \+ promoted \+ redispatched/,
-    );
+    assert.equal(stalled[1].Properties.MetricName, 'SweepStalledRepairs');
+    // Each watches one metric (alarms are billed by the metric).
+    for (const [id, alarm] of alarms) assert.equal(alarm.Properties.Metrics, undefined, id);
   });
 
   test("the sweep's repair counts become metrics from its log line", () => {
     const { stack, template } = byDefault;
     const sweepLogs = { Ref: logicalId(stack, stack.functions.sweep.logGroup as never) };
     for (const [metric, field] of [
-      ['SweepJobsSettled', 'jobs_settled'],
-      ['SweepTasksPromoted', 'tasks_promoted'],
-      ['SweepCompilesRedispatched', 'compiles_redispatched'],
+      ['SweepStalledRepairs', 'jobs_settled'],
+      ['SweepStalledRepairs', 'tasks_promoted'],
+      ['SweepStalledRepairs', 'compiles_redispatched'],
       ['SweepLeasesExpired', 'leases_expired'],
       ['SweepErrors', 'errors'],
     ]) {
@@ -455,6 +514,70 @@ describe('alarms', () => {
         ],
       });
     }
+  });
+});
+
+describe('idle', () => {
+  test('no RDS Proxy, no NAT gateway: a t4g.nano NAT instance, and a gateway as the HA option', () => {
+    assert.deepEqual(resourcesOf(byDefault.json, 'AWS::RDS::DBProxy'), []);
+    assert.deepEqual(resourcesOf(byDefault.json, 'AWS::EC2::NatGateway'), []);
+    byDefault.template.hasResourceProperties('AWS::EC2::Instance', { InstanceType: 't4g.nano' });
+    const ha = synth(bundles, { nat: 'gateway' });
+    assert.equal(resourcesOf(ha.json, 'AWS::EC2::NatGateway').length, 1);
+  });
+
+  test("the gate bucket is private, and only the gate's users reach its marker", () => {
+    const { stack, json, template } = byDefault;
+    template.hasResourceProperties('AWS::S3::Bucket', {
+      PublicAccessBlockConfiguration: Match.objectLike({
+        BlockPublicAcls: true,
+        RestrictPublicBuckets: true,
+      }),
+    });
+    const bucket = logicalId(stack, stack.gateBucket);
+    const touching = new Map<string, Set<string>>();
+    for (const { roles, statement } of policyStatements(json)) {
+      if (!JSON.stringify(statement.Resource).includes('/gate/open')) continue;
+      assert.match(JSON.stringify(statement.Resource), new RegExp(bucket));
+      for (const r of roles) {
+        const name = roleIds(byDefault).get(r)!;
+        const set = touching.get(name) ?? new Set();
+        for (const a of asList(statement.Action)) set.add(a);
+        touching.set(name, set);
+      }
+    }
+    assert.deepEqual([...touching.get('claim')!], ['s3:GetObject']);
+    assert.deepEqual([...touching.get('sweep')!].sort(), [
+      's3:DeleteObject',
+      's3:GetObject',
+      's3:PutObject',
+    ]);
+    assert.equal(touching.get('heartbeat'), undefined);
+    assert.equal(envOf(byDefault, 'claim').CONDUCTOR_GATE_BUCKET !== undefined, true);
+  });
+
+  test('webhooks: a queue with a dead-letter queue, consumed by webhookQueue with partial batch failures', () => {
+    const { stack, template } = byDefault;
+    template.hasResourceProperties('AWS::SQS::Queue', {
+      RedrivePolicy: {
+        deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(stack, stack.webhookDeadLetters), 'Arn'] },
+        maxReceiveCount: 5,
+      },
+    });
+    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
+      FunctionName: { Ref: logicalId(stack, stack.functions.webhookQueue) },
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+    });
+    assert.deepEqual(envOf(byDefault, 'webhook').CONDUCTOR_WEBHOOK_QUEUE_URL, {
+      Ref: logicalId(stack, stack.webhookQueue),
+    });
+    assert.equal(envOf(byDefault, 'webhookQueue').CONDUCTOR_DB_CONNECT_TIMEOUT_MS, '60000');
+  });
+
+  test('the API stage is throttled', () => {
+    byDefault.template.hasResourceProperties('AWS::ApiGatewayV2::Stage', {
+      DefaultRouteSettings: { ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 },
+    });
   });
 });
 

@@ -52,6 +52,13 @@ async function session(): Promise<string> {
   return cookie.split(';')[0]!;
 }
 
+let signedIn: string | undefined;
+/** One session for the reads that need one. */
+const sessionCookieOnce = async () => {
+  signedIn ??= await session();
+  return signedIn;
+};
+
 const get = (path: string, headers: Record<string, string> = {}) =>
   fetch(`${stack.url}${path}`, { headers, redirect: 'manual' });
 
@@ -213,6 +220,19 @@ test('a log over 1 MiB: the API answers it page by page, the job page shows its 
   });
   assert.equal(code, 0);
   assert.equal(out.join('\n'), full);
+
+  // The page's raw download, page by page, for a session (or a signed link).
+  let raw = '';
+  for (let at = 0, pages = 0; at < offset; pages++) {
+    assert.ok(pages < 10);
+    const res = await get(`/jobs/${job.jobId}/raw?task=${task.id}&attempt=1&offset=${at}`, {
+      cookie: await sessionCookieOnce(),
+    });
+    assert.equal(res.status, 200);
+    raw += await res.text();
+    at = Number(res.headers.get('x-log-end'));
+  }
+  assert.equal(raw, full);
 
   // The page: the last MiB, starting at a whole line with its own number.
   const cookie = await session();

@@ -1,0 +1,148 @@
+// The bill as a test: a monthly cost read from a synthesised template, at
+// list prices. `node --import tsx infra/cost.ts [template.json]` prints it;
+// test/infra/cost.test.ts holds the default to $10 a month idle.
+import { readFileSync } from 'node:fs';
+
+/**
+ * us-east-1 on-demand list prices, read from the AWS pricing pages on
+ * 2026-06-01 (not fetched at run time; check them before relying on a
+ * figure). A month is 730 hours.
+ */
+export const PRICES = {
+  date: '2026-06-01',
+  hoursPerMonth: 730,
+  natGatewayHour: 0.045,
+  publicIpv4Hour: 0.005,
+  t4gNanoHour: 0.0042,
+  ebsGp3GbMonth: 0.08,
+  /** The AL2023 AMI's root volume. */
+  natInstanceRootGb: 8,
+  rdsProxyAcuHour: 0.015,
+  /** RDS Proxy bills Aurora Serverless v2 at no less than 8 ACU. */
+  rdsProxyMinAcu: 8,
+  auroraAcuHour: 0.12,
+  auroraStorageGbMonth: 0.1,
+  /** Assumed size of a small Conductor database. */
+  auroraStorageGb: 1,
+  secretMonth: 0.4,
+  alarmMetricMonth: 0.1,
+  sqsPerMillion: 0.4,
+  /** Lambda's SQS poller: five long polls of 20 s, around the clock. */
+  sqsIdleReceivesMonth: 5 * 3 * 60 * 730,
+  lambdaPerMillion: 0.2,
+  lambdaArmGbSecond: 0.0000133334,
+  httpApiPerMillion: 1.0,
+  s3GetPerThousand: 0.0004,
+  s3PutPerThousand: 0.005,
+  /** A daily wake: ~6 minutes at 0.5 ACU until auto-pause. */
+  dailyWakeAcuHours: 0.5 * (6 / 60),
+};
+
+interface Template {
+  Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }>;
+}
+
+export interface CostLine {
+  item: string;
+  monthly: number;
+}
+
+const of = (t: Template, type: string) => Object.values(t.Resources).filter((r) => r.Type === type);
+
+/** What the template costs a month with no CI traffic, line by line. */
+export function idleCost(t: Template, p = PRICES): CostLine[] {
+  const h = p.hoursPerMonth;
+  const lines: CostLine[] = [];
+  const add = (item: string, monthly: number) => monthly > 0 && lines.push({ item, monthly });
+  const nats = of(t, 'AWS::EC2::NatGateway').length;
+  add('NAT gateway (+ its IPv4 address)', nats * (p.natGatewayHour + p.publicIpv4Hour) * h);
+  const natInstances = of(t, 'AWS::EC2::Instance').filter(
+    (r) => r.Properties?.InstanceType === 't4g.nano',
+  );
+  add(
+    'NAT instance t4g.nano (+ IPv4, 8 GB gp3)',
+    natInstances.length *
+      ((p.t4gNanoHour + p.publicIpv4Hour) * h + p.natInstanceRootGb * p.ebsGp3GbMonth),
+  );
+  const clusters = of(t, 'AWS::RDS::DBCluster');
+  for (const c of clusters) {
+    const scaling = c.Properties?.ServerlessV2ScalingConfiguration as {
+      MinCapacity: number;
+      MaxCapacity: number;
+    };
+    add(
+      `Aurora at its minimum ${scaling.MinCapacity} ACU`,
+      scaling.MinCapacity * p.auroraAcuHour * h,
+    );
+    add('Aurora storage (1 GB)', p.auroraStorageGb * p.auroraStorageGbMonth);
+    if (scaling.MinCapacity === 0)
+      add('Aurora daily wake (the daily sweep)', 30 * p.dailyWakeAcuHours * p.auroraAcuHour);
+    if (of(t, 'AWS::RDS::DBProxy').length > 0) {
+      add(
+        'RDS Proxy (8-ACU minimum)',
+        Math.max(p.rdsProxyMinAcu, scaling.MaxCapacity) * p.rdsProxyAcuHour * h,
+      );
+    }
+  }
+  add('Secrets Manager secrets', of(t, 'AWS::SecretsManager::Secret').length * p.secretMonth);
+  add('CloudWatch alarms', of(t, 'AWS::CloudWatch::Alarm').length * p.alarmMetricMonth);
+  const esms = of(t, 'AWS::Lambda::EventSourceMapping').length;
+  add(
+    'SQS: the webhook consumer long-polling',
+    (esms * p.sqsIdleReceivesMonth * p.sqsPerMillion) / 1e6,
+  );
+  // The minute's sweep behind a closed gate: an invocation, one S3 HEAD.
+  const sweeps = 60 * h;
+  add(
+    'sweep every minute (closed gate: Lambda ~100 ms at 512 MB, an S3 HEAD)',
+    (sweeps * p.lambdaPerMillion) / 1e6 +
+      sweeps * 0.1 * 0.5 * p.lambdaArmGbSecond +
+      (sweeps * p.s3GetPerThousand) / 1000,
+  );
+  return lines;
+}
+
+/**
+ * What CI traffic adds a month at `tasksPerDay` (a task: a claim, ~10
+ * heartbeats and log chunks, a completion; a job per 5 tasks): requests,
+ * invocations, and Aurora awake at 0.5 ACU for the hours with work (at most
+ * all of them), each wake lasting at least 10 minutes.
+ */
+export function trafficCost(tasksPerDay: number, p = PRICES): CostLine[] {
+  const requests = tasksPerDay * 30 * 13;
+  const invocations = requests + (tasksPerDay / 5) * 30 * 3;
+  const awakeHours = Math.min(p.hoursPerMonth, Math.max(tasksPerDay / 50, 1) * 30 * (10 / 60));
+  const acu = tasksPerDay > 20_000 ? 2 : 0.5;
+  return [
+    { item: 'HTTP API requests', monthly: (requests * p.httpApiPerMillion) / 1e6 },
+    {
+      item: 'Lambda (invocations, ~50 ms at 512 MB)',
+      monthly:
+        (invocations * p.lambdaPerMillion) / 1e6 + invocations * 0.05 * 0.5 * p.lambdaArmGbSecond,
+    },
+    {
+      item: 'S3 gate reads and writes',
+      monthly: ((tasksPerDay / 5) * 30 * 3 * p.s3PutPerThousand) / 1000,
+    },
+    {
+      item: `Aurora awake (${acu} ACU, ${Math.round(awakeHours)} h)`,
+      monthly: awakeHours * acu * p.auroraAcuHour,
+    },
+  ];
+}
+
+export const total = (lines: CostLine[]) => lines.reduce((n, l) => n + l.monthly, 0);
+
+if (process.argv[1]?.endsWith('cost.ts')) {
+  const file = process.argv[2] ?? 'cdk.out/Conductor.template.json';
+  const t = JSON.parse(readFileSync(file, 'utf8')) as Template;
+  const idle = idleCost(t);
+  console.log(`prices of ${PRICES.date} (us-east-1), per month`);
+  for (const l of idle) console.log(`  ${l.item.padEnd(72)} $${l.monthly.toFixed(2)}`);
+  console.log(`idle: $${total(idle).toFixed(2)}`);
+  for (const n of [1_000, 100_000]) {
+    console.log(
+      `at ${n.toLocaleString('en')} tasks a day: $${(total(idle) + total(trafficCost(n))).toFixed(2)}`,
+    );
+  }
+}

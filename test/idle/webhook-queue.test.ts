@@ -1,0 +1,117 @@
+// Webhooks that survive a resume, end to end on real PostgreSQL: while the
+// database does not answer, the webhook function queues a delivery whose
+// signature it can check from the directory, and answers at once; the queue's
+// consumer later does the work of a direct delivery, once, however often the
+// queue hands it over.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { SQSEvent } from 'aws-lambda';
+import { main as consume } from '../../functions/webhook-queue.ts';
+import { createPool } from '../../lib/db/index.ts';
+import { MemoryIntake, type QueuedDelivery } from '../../lib/idle/intake.ts';
+import { freePort } from '../../local/postgres.ts';
+import { countRows, deliverRunning, sendWebhook, startE2E, waitForJob } from '../e2e/calls.ts';
+import { pipeline, sha } from '../e2e/payloads.ts';
+import { githubPush } from '../forge/fixtures/github.ts';
+
+const REPO = 'acme/queued';
+const {
+  fake,
+  stack,
+  projects: { project },
+} = await startE2E(import.meta.filename, {
+  env: { CONDUCTOR_WEBHOOK_DB_WAIT_MS: '300' },
+  projects: { project: { forge: 'github', id: 'queued', repo: REPO, cancel_superseded: false } },
+});
+const intake = new MemoryIntake();
+stack.context.intake = intake;
+
+/** Runs `fn` while the function's pool cannot reach the database. */
+async function whileDatabaseAway<T>(fn: () => Promise<T>): Promise<T> {
+  const live = stack.context.pool;
+  const away = createPool({
+    url: `postgres://postgres@127.0.0.1:${await freePort()}/nowhere`,
+    connectTimeoutMs: 200,
+  });
+  stack.context.pool = away;
+  try {
+    return await fn();
+  } finally {
+    stack.context.pool = live;
+    await away.end();
+  }
+}
+
+function sqsEvent(deliveries: QueuedDelivery[]): SQSEvent {
+  return {
+    Records: deliveries.map((d, i) => ({
+      messageId: `m${i}`,
+      body: JSON.stringify({ forge: d.forge, headers: d.headers, body: d.body.toString('base64') }),
+    })),
+  } as unknown as SQSEvent;
+}
+
+test('a delivery while the database is away is queued with a 202, and the consumer creates its job once', async () => {
+  // A direct delivery first: the database verified the signature, so the
+  // directory now vouches for this repository.
+  const first = sha('queued-1');
+  fake.setFile(REPO, first, pipeline('queued', '  a:\n    script: [make]\n'));
+  await deliverRunning(stack, 'github', 'push', githubPush(REPO, first), project.secret);
+  assert.equal(intake.entries.size, 1, 'the directory learnt the project');
+
+  const second = sha('queued-2');
+  fake.setFile(REPO, second, pipeline('queued', '  a:\n    script: [make]\n'));
+  const jobsBefore = await countRows(stack, 'jobs');
+  const queued = await whileDatabaseAway(() =>
+    sendWebhook(stack, 'github', 'push', githubPush(REPO, second, { ref: 'refs/heads/two' }), {
+      secret: project.secret,
+      delivery: 'delivery-while-away',
+    }),
+  );
+  assert.equal(queued.status, 202, queued.text);
+  assert.deepEqual(queued.body, { queued: true, delivery: 'delivery-while-away' });
+  assert.equal(intake.sent.length, 1);
+  assert.equal(await countRows(stack, 'jobs'), jobsBefore, 'nothing written while away');
+
+  // The queue delivers at least once: the same message twice.
+  for (let i = 0; i < 2; i++) {
+    const result = await consume(sqsEvent(intake.sent));
+    assert.deepEqual(result.batchItemFailures, []);
+  }
+  assert.equal(await countRows(stack, 'jobs'), jobsBefore + 1, 'one job for the queued delivery');
+  const { rows } = await stack.context.pool.query('select id from jobs where sha = $1', [second]);
+  const view = await waitForJob(stack, rows[0].id);
+  assert.equal(view.job.state, 'running');
+});
+
+test('while the database is away, a delivery the directory cannot vouch for is not queued', async () => {
+  const sent = intake.sent.length;
+  const forged = await whileDatabaseAway(() =>
+    sendWebhook(stack, 'github', 'push', githubPush(REPO, sha('forged')), {
+      secret: 'not-the-project-secret',
+    }),
+  );
+  assert.equal(intake.sent.length, sent, 'a bad signature is never queued');
+  // Only the database can answer 401 or 404; it is away, so: try again.
+  assert.equal(forged.status, 503, forged.text);
+});
+
+test('the consumer drops a queued delivery the contract refuses (bad signature) and writes nothing', async () => {
+  const jobs = await countRows(stack, 'jobs');
+  const body = Buffer.from(JSON.stringify(githubPush(REPO, sha('refused'))));
+  const result = await consume(
+    sqsEvent([
+      {
+        forge: 'github',
+        headers: {
+          'x-github-event': 'push',
+          'x-github-delivery': 'refused-1',
+          'x-hub-signature-256': `sha256=${'0'.repeat(64)}`,
+        },
+        body,
+      },
+    ]),
+  );
+  assert.deepEqual(result.batchItemFailures, [], 'not retried: it would be refused again');
+  assert.equal(await countRows(stack, 'jobs'), jobs);
+});

@@ -1,0 +1,39 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { idleCost, total, trafficCost } from '../../infra/cost.ts';
+import { stubBundles, synth } from './support.ts';
+
+const bundles = stubBundles();
+
+test('the default deployment costs at most $10 a month doing nothing', (t) => {
+  const idle = idleCost(synth(bundles).json);
+  for (const l of idle) t.diagnostic(`${l.item}: $${l.monthly.toFixed(2)}`);
+  t.diagnostic(
+    `idle $${total(idle).toFixed(2)}; 1,000 tasks/day +$${total(trafficCost(1000)).toFixed(2)}; 100,000 +$${total(trafficCost(100_000)).toFixed(2)}`,
+  );
+  assert.ok(total(idle) <= 10, `idle $${total(idle).toFixed(2)}`);
+  assert.ok(!idle.some((l) => /Proxy|NAT gateway/.test(l.item)));
+});
+
+test('the HA shape (NAT gateway, proxy, Aurora at 0.5 ACU) costs what the issue measured', () => {
+  const idle = total(
+    idleCost(synth(bundles, { nat: 'gateway', proxy: true, minCapacity: 0.5 }).json),
+  );
+  assert.ok(idle > 150 && idle < 200, `$${idle.toFixed(2)}`);
+});
+
+test('with an existing database the idle bill is secrets, alarms and the poller', () => {
+  const existing = synth(bundles, {
+    existingVpc: {
+      vpcId: 'vpc-0123456789abcdef0',
+      availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+      privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
+    },
+    existingDatabase: {
+      secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
+      host: 'db.example',
+    },
+  });
+  const idle = total(idleCost(existing.json));
+  assert.ok(idle < 3, `$${idle.toFixed(2)}`);
+});
