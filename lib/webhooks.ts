@@ -1,7 +1,9 @@
 // A forge's webhook, checked in the contract's order: size (the middleware),
 // headers and payload, project, signature, then what the event asks for.
 import { createHash } from 'node:crypto';
+import type { AppContext } from './context.ts';
 import type { Pool } from './db/index.ts';
+import { dispatchCompile } from './dispatch.ts';
 import { BadRequestError, NotFoundError, UnauthorizedError } from './errors.ts';
 import {
   type ForgeKind,
@@ -10,13 +12,11 @@ import {
   verifySignature,
   type WebhookIntent,
 } from './forge/webhook.ts';
-import type { AppContext } from './context.ts';
-import { dispatchCompile } from './dispatch.ts';
 import type { Reply } from './http/index.ts';
-import { deliverJobStatus } from './statuses.ts';
 import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
 import { cancelPullRequest, createJob } from './scheduler/index.ts';
 import type { Keyring } from './secrets.ts';
+import { deliverJobStatus } from './statuses.ts';
 
 export const MAX_WEBHOOK_BYTES = 5 * 1024 * 1024;
 
