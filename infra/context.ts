@@ -51,6 +51,7 @@ export const ContextSchema = z.object({
     .optional(),
   alarmEmail: z.email().optional(),
   reservedConcurrency: bool.optional(),
+  outsideVpc: bool.optional(),
   throttleRate: num(z.number().int().min(1).max(10_000)).optional(),
   throttleBurst: num(z.number().int().min(1).max(5_000)).optional(),
   existingVpc: json(
@@ -121,6 +122,7 @@ export function propsFromContext(get: (key: string) => unknown): {
           : undefined,
       existingVpc: c.existingVpc,
       existingDatabase: c.existingDatabase,
+      outsideVpc: c.outsideVpc,
     },
   };
 }

@@ -52,7 +52,7 @@ export class Database {
   /** Up before migrating: the cluster's writer and the proxy's target. */
   readonly dependables: Construct[] = [];
 
-  constructor(scope: Construct, network: Network, props: DatabaseProps) {
+  constructor(scope: Construct, network: Network | undefined, props: DatabaseProps) {
     if (props.existingDatabase) {
       const existing = props.existingDatabase;
       this.secret = secretsmanager.Secret.fromSecretCompleteArn(
@@ -63,6 +63,9 @@ export class Database {
       this.host = existing.host;
       this.name = existing.dbName ?? DB_NAME;
       if (existing.securityGroupId) {
+        if (!network) {
+          throw new Error('existingDatabase.securityGroupId needs the functions in a VPC');
+        }
         const group = ec2.SecurityGroup.fromSecurityGroupId(
           scope,
           'DatabaseSecurityGroup',
@@ -76,6 +79,7 @@ export class Database {
       }
       return;
     }
+    if (!network) throw new Error('Aurora needs the functions in a VPC');
     const { cluster, proxy } = createAurora(scope, network, props);
     this.cluster = cluster;
     this.proxy = proxy;

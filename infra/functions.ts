@@ -80,7 +80,8 @@ export interface FunctionsProps {
   /** Reserve concurrency per function (RESERVED_CONCURRENCY). */
   reserveConcurrency: boolean;
   retention: logs.RetentionDays;
-  network: Network;
+  /** The VPC the functions run in; none: outside any VPC. */
+  network?: Network;
 }
 
 /** Every function of the stack, by name. */
@@ -127,22 +128,24 @@ function createFunction(
       resources: [logGroup.logGroupArn],
     }),
   );
-  role.addToPolicy(
-    new iam.PolicyStatement({
-      // What Lambda needs to attach the function to the VPC; these actions
-      // take no resource-level permissions.
-      sid: 'VpcNetworkInterfaces',
-      actions: [
-        'ec2:CreateNetworkInterface',
-        'ec2:DescribeNetworkInterfaces',
-        'ec2:DescribeSubnets',
-        'ec2:DeleteNetworkInterface',
-        'ec2:AssignPrivateIpAddresses',
-        'ec2:UnassignPrivateIpAddresses',
-      ],
-      resources: ['*'],
-    }),
-  );
+  if (props.network) {
+    role.addToPolicy(
+      new iam.PolicyStatement({
+        // What Lambda needs to attach the function to the VPC; these actions
+        // take no resource-level permissions.
+        sid: 'VpcNetworkInterfaces',
+        actions: [
+          'ec2:CreateNetworkInterface',
+          'ec2:DescribeNetworkInterfaces',
+          'ec2:DescribeSubnets',
+          'ec2:DeleteNetworkInterface',
+          'ec2:AssignPrivateIpAddresses',
+          'ec2:UnassignPrivateIpAddresses',
+        ],
+        resources: ['*'],
+      }),
+    );
+  }
   const secrets = props.secretsOf(name);
   if (secrets.length > 0) {
     role.addToPolicy(
@@ -166,8 +169,12 @@ function createFunction(
     environment: { ...props.environment, ...props.environmentOf(name) },
     reservedConcurrentExecutions: props.reserveConcurrency ? RESERVED_CONCURRENCY[name] : undefined,
     paramsAndSecrets,
-    vpc: props.network.vpc,
-    vpcSubnets: props.network.functionSubnets,
-    securityGroups: [props.network.functionsSecurityGroup],
+    ...(props.network
+      ? {
+          vpc: props.network.vpc,
+          vpcSubnets: props.network.functionSubnets,
+          securityGroups: [props.network.functionsSecurityGroup],
+        }
+      : {}),
   });
 }

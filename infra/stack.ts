@@ -110,6 +110,13 @@ export interface ConductorStackProps extends StackProps {
   existingVpc?: ExistingVpc;
   /** Use this database instead of creating Aurora (and RDS Proxy). */
   existingDatabase?: ExistingDatabase;
+  /**
+   * Run the functions outside any VPC: no VPC, no NAT, nothing billed while
+   * idle but the secrets and the alarms. Only with an `existingDatabase` the
+   * functions reach over the internet (Neon, Supabase, a public RDS with TLS),
+   * and without `existingVpc`. Default false.
+   */
+  outsideVpc?: boolean;
   /** A created VPC's way out to the forges: a t4g.nano NAT instance (default) or a NAT gateway (HA). */
   nat?: 'gateway' | 'instance';
   /** CONDUCTOR_GITHUB_API_URL; default https://api.github.com. */
@@ -131,7 +138,8 @@ export interface ConductorStackProps extends StackProps {
 export class ConductorStack extends Stack {
   readonly functions: Record<ConductorFunction, lambda.Function>;
   readonly httpApi: apigwv2.HttpApi;
-  readonly functionsSecurityGroup: ec2.SecurityGroup;
+  /** The functions' security group; none when they run outside a VPC. */
+  readonly functionsSecurityGroup?: ec2.SecurityGroup;
   readonly appSecret: secretsmanager.Secret;
   readonly secretKey: secretsmanager.Secret;
   readonly gateBucket: s3.Bucket;
@@ -153,11 +161,15 @@ export class ConductorStack extends Stack {
       }
     }
 
-    const network = new Network(this, {
-      existingVpc: props.existingVpc,
-      nat: props.nat ?? 'instance',
-    });
-    this.functionsSecurityGroup = network.functionsSecurityGroup;
+    if (props.outsideVpc && (!props.existingDatabase || props.existingVpc)) {
+      throw new Error(
+        'outsideVpc needs an existingDatabase the functions reach over the internet, and no existingVpc',
+      );
+    }
+    const network = props.outsideVpc
+      ? undefined
+      : new Network(this, { existingVpc: props.existingVpc, nat: props.nat ?? 'instance' });
+    this.functionsSecurityGroup = network?.functionsSecurityGroup;
     const { appSecret, secretKey } = createAppSecrets(this);
     this.appSecret = appSecret;
     this.secretKey = secretKey;

@@ -78,8 +78,8 @@ test('the same delivery arriving several times at once makes one job', async () 
   assert.equal(new Set(answers.map((a) => a.body.job_id)).size, 1);
   assert.equal(await countRows(stack, 'jobs'), jobs + 1);
   for (const dup of answers.filter((a) => a.status === 200)) assert.equal(dup.body.duplicate, true);
-  // Its compile runs after the answer: let it finish, or the next test's row
-  // counts would see its tasks arrive.
+  // The compile runs after the webhook answered: let it finish here, or its
+  // tasks land in the next test's row counts.
   await waitForJob(stack, answers[0]!.body.job_id);
 });
 
@@ -113,6 +113,7 @@ test('a forged signature writes nothing; after a rotation the old secret is refu
     secret: fresh,
   });
   assert.equal(accepted.status, 202, accepted.text);
+  await waitForJob(stack, accepted.body.job_id);
 
   // The secret shows nowhere else.
   const shown = await stack.call('GET', `/v1/projects/${project.id}`, { token: stack.adminToken });

@@ -37,3 +37,38 @@ test('with an existing database the idle bill is secrets, alarms and the poller'
   const idle = total(idleCost(existing.json));
   assert.ok(idle < 3, `$${idle.toFixed(2)}`);
 });
+
+test('with an existing database and the functions outside any VPC, idle costs about $2 a month: no VPC, no NAT', (t) => {
+  const outside = synth(bundles, {
+    outsideVpc: true,
+    existingDatabase: {
+      secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
+      host: 'ep-example.eu-west-1.aws.neon.tech',
+    },
+  });
+  const types = Object.values(
+    (
+      outside.json as {
+        Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }>;
+      }
+    ).Resources,
+  );
+  for (const forbidden of [
+    'AWS::EC2::VPC',
+    'AWS::EC2::NatGateway',
+    'AWS::EC2::Instance',
+    'AWS::EC2::SecurityGroup',
+  ]) {
+    assert.ok(!types.some((r) => r.Type === forbidden), `no ${forbidden}`);
+  }
+  for (const fn of types.filter((r) => r.Type === 'AWS::Lambda::Function')) {
+    assert.equal(fn.Properties?.VpcConfig, undefined, 'no function is in a VPC');
+  }
+  const idle = idleCost(outside.json);
+  for (const l of idle) t.diagnostic(`${l.item}: $${l.monthly.toFixed(2)}`);
+  assert.ok(total(idle) <= 3, `$${total(idle).toFixed(2)}`);
+});
+
+test('outsideVpc without an existing database is refused, naming what it needs', () => {
+  assert.throws(() => synth(bundles, { outsideVpc: true }), /outsideVpc needs an existingDatabase/);
+});

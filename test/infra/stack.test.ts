@@ -259,7 +259,7 @@ describe('the database', () => {
 
   test('with the proxy, lets in the proxy only, and the proxy lets in the functions only', () => {
     const { stack, json, template } = withProxy;
-    const fns = logicalId(stack, stack.functionsSecurityGroup);
+    const fns = logicalId(stack, stack.functionsSecurityGroup!);
     const cluster = json.Resources[logicalId(stack, stack.cluster!)]!;
     const [dbGroup] = (cluster.Properties.VpcSecurityGroupIds as { 'Fn::GetAtt': string[] }[]).map(
       (g) => g['Fn::GetAtt'][0]!,
@@ -298,7 +298,7 @@ describe('the database', () => {
     assert.equal(rules.length, 1);
     assert.deepEqual(
       rules[0]!.SourceSecurityGroupId,
-      groupRef(logicalId(stack, stack.functionsSecurityGroup)),
+      groupRef(logicalId(stack, stack.functionsSecurityGroup!)),
     );
   });
 
@@ -620,7 +620,7 @@ describe('existing resources', () => {
     existing.template.hasResourceProperties('AWS::EC2::SecurityGroupIngress', {
       GroupId: 'sg-0123456789abcdef0',
       FromPort: 5432,
-      SourceSecurityGroupId: groupRef(logicalId(stack, stack.functionsSecurityGroup)),
+      SourceSecurityGroupId: groupRef(logicalId(stack, stack.functionsSecurityGroup!)),
     });
   });
 
