@@ -2,30 +2,10 @@
 // SDK's own signer (@smithy/signature-v4, which @aws-sdk/rds-signer uses)
 // makes from the same credentials, host and time.
 import assert from 'node:assert/strict';
-import { createHash, createHmac } from 'node:crypto';
 import { test } from 'node:test';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { rdsIamToken } from '../../lib/db/iam-token.ts';
-
-const bytes = (d: string | ArrayBuffer | ArrayBufferView): string | Uint8Array =>
-  typeof d === 'string'
-    ? d
-    : d instanceof ArrayBuffer
-      ? new Uint8Array(d)
-      : new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
-
-class Sha256 {
-  #h;
-  constructor(secret?: string | ArrayBuffer | ArrayBufferView) {
-    this.#h = secret ? createHmac('sha256', bytes(secret)) : createHash('sha256');
-  }
-  update(data: string | ArrayBuffer | ArrayBufferView) {
-    this.#h.update(bytes(data));
-  }
-  async digest() {
-    return new Uint8Array(this.#h.digest());
-  }
-}
+import { Sha256 } from '../helpers/sdk-sha256.ts';
 
 for (const sessionToken of [undefined, 'IQoJb3JpZ2luX2VjE/+token=with&odd chars']) {
   test(`the token is the SDK signer's presigned connect request (${sessionToken ? 'with' : 'without'} a session token)`, async () => {

@@ -2,32 +2,13 @@
 // them, and the store speaks S3's answers: 404 for a missing marker, an
 // error for anything else.
 import assert from 'node:assert/strict';
-import { createHash, createHmac } from 'node:crypto';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { signedHeaders } from '../../lib/aws-sign.ts';
 import { GATE_KEY, S3GateStore } from '../../lib/idle/s3.ts';
-
-const bytes = (d: string | ArrayBuffer | ArrayBufferView): string | Uint8Array =>
-  typeof d === 'string'
-    ? d
-    : d instanceof ArrayBuffer
-      ? new Uint8Array(d)
-      : new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
-class Sha256 {
-  #h;
-  constructor(secret?: string | ArrayBuffer | ArrayBufferView) {
-    this.#h = secret ? createHmac('sha256', bytes(secret)) : createHash('sha256');
-  }
-  update(data: string | ArrayBuffer | ArrayBufferView) {
-    this.#h.update(bytes(data));
-  }
-  async digest() {
-    return new Uint8Array(this.#h.digest());
-  }
-}
+import { Sha256 } from '../helpers/sdk-sha256.ts';
 
 const credentials = {
   accessKeyId: 'AKIDEXAMPLE',
