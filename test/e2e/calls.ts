@@ -107,6 +107,24 @@ export async function pushRunning(
   return hook.body.job_id;
 }
 
+/** A signed GitHub push of `commit` to `branch`, asserting the 202; answers the job id (the job may still be pending). */
+export async function pushToBranch(
+  stack: TestStack,
+  project: { repo: string; secret: string },
+  commit: string,
+  branch: string,
+): Promise<string> {
+  const hook = await sendWebhook(
+    stack,
+    'github',
+    'push',
+    githubPush(project.repo, commit, { ref: `refs/heads/${branch}` }),
+    { secret: project.secret },
+  );
+  assert.equal(hook.status, 202, hook.text);
+  return hook.body.job_id;
+}
+
 export interface CreatedProject {
   project: Record<string, Json>;
   secret: string;

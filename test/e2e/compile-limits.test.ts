@@ -6,12 +6,13 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { inProcessDispatcher } from '../../lib/app/dispatch.ts';
 import { CompileWorker } from '../../lib/pipeline/worker.ts';
-import { githubPullRequest, githubPush } from '../forge/fixtures/github.ts';
+import { githubPullRequest } from '../forge/fixtures/github.ts';
 import {
   claim,
   createWorker,
   getJob,
   type Json,
+  pushToBranch,
   sendWebhook,
   startE2E,
   waitForJob,
@@ -40,15 +41,7 @@ let branches = 0;
 async function push(label: string, text: string): Promise<string> {
   const commit = sha(label);
   fake.setFile(REPO, commit, text);
-  const hook = await sendWebhook(
-    stack,
-    'github',
-    'push',
-    githubPush(REPO, commit, { ref: `refs/heads/b${++branches}` }),
-    { secret: project.secret },
-  );
-  assert.equal(hook.status, 202, hook.text);
-  return hook.body.job_id;
+  return pushToBranch(stack, { repo: REPO, secret: project.secret }, commit, `b${++branches}`);
 }
 
 async function storedTasks(jobId: string): Promise<number> {

@@ -6,12 +6,12 @@ import { dispatchCompile } from '../../lib/app/dispatch.ts';
 import { runSweep } from '../../lib/app/sweep.ts';
 import { sweep } from '../../lib/scheduler/index.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
-import { githubPush } from '../forge/fixtures/github.ts';
 import {
   claimTask,
   createWorker,
   getJob,
   type Json,
+  pushToBranch,
   sendWebhook,
   startE2E,
   waitForJob,
@@ -40,15 +40,7 @@ const {
 let branches = 0;
 /** Pushes `commit` to a branch of its own and answers the job id. */
 async function push(commit: string): Promise<string> {
-  const hook = await sendWebhook(
-    stack,
-    'github',
-    'push',
-    githubPush(REPO, commit, { ref: `refs/heads/b${++branches}` }),
-    { secret: project.secret },
-  );
-  assert.equal(hook.status, 202, hook.text);
-  return hook.body.job_id;
+  return pushToBranch(stack, { repo: REPO, secret: project.secret }, commit, `b${++branches}`);
 }
 
 const LINE = /^\.conductor\.yml:(\d+):(\d+): (.+)$/;
