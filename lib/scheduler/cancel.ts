@@ -21,6 +21,10 @@ export async function cancelJobsTx(
   tx: Queryable,
   jobIds: string[],
   reason: string,
+  opts: {
+    /** Post no status for cancelled jobs of this commit (a newer job of it reports instead). */
+    quietForSha?: string;
+  } = {},
 ): Promise<string[]> {
   if (jobIds.length === 0) return [];
   // The job first: a compile starting the job holds its row while inserting
@@ -28,8 +32,8 @@ export async function cancelJobsTx(
   // The state is read under the lock, so a job approved meanwhile is
   // cancelled as the pending job it now is, not declined as the blocked one
   // it was.
-  const { rows } = await tx.query<{ id: string; state: string }>(
-    `select id, state from jobs where id = any($1::uuid[]) and state = any($2::text[])
+  const { rows } = await tx.query<{ id: string; state: string; sha: string }>(
+    `select id, state, sha from jobs where id = any($1::uuid[]) and state = any($2::text[])
       order by id for update`,
     [jobIds, UNFINISHED_JOB_STATES],
   );
@@ -43,7 +47,8 @@ export async function cancelJobsTx(
       where id = any($1::uuid[])`,
     [cancelled, reason, [...declined], `declined: ${reason}`],
   );
-  for (const id of cancelled) {
+  for (const { id, sha } of rows) {
+    if (sha === opts.quietForSha) continue;
     const what = declined.has(id) ? 'declined' : 'cancelled';
     await enqueueStatus(tx, id, 'error', `${what}: ${reason}`);
   }

@@ -167,21 +167,15 @@ async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
           order by number`,
         [job.project_id, job.ref, job.number, UNFINISHED_JOB_STATES],
       );
-      const cancelled = await cancelJobsTx(
-        tx,
-        older.rows.map((r) => r.id),
-        `superseded by job #${job.number}`,
-      );
       // The forge keeps one status per commit: a cancelled job of the same
       // commit must not report, or its "cancelled" would land after the new
       // job's status (written in the creation's commit, before this one).
-      await tx.query(
-        `delete from status_outbox o using jobs j
-          where j.id = o.job_id and j.id = any($1::uuid[]) and j.sha = $2
-            and o.result is null and o.created_at = now()`,
-        [cancelled, job.sha],
+      return cancelJobsTx(
+        tx,
+        older.rows.map((r) => r.id),
+        `superseded by job #${job.number}`,
+        { quietForSha: job.sha },
       );
-      return cancelled;
     },
     LOCK_WAITING,
   );
