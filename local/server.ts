@@ -107,9 +107,32 @@ function send(res: ServerResponse, result: HttpResult): void {
   res.end(body);
 }
 
+/**
+ * Stops a server from `createLocalServer` without waiting on its clients: it
+ * takes no new connection, ends the idle ones at once and each busy one as soon
+ * as its response is sent, and after `graceMs` ends whatever is left. A plain
+ * `server.close()` is not enough: a job page polls every 1.5 s over one
+ * keep-alive connection, and a poll in flight at close keeps that connection,
+ * and so the server, open for as long as the page stays open.
+ */
+export async function closeLocalServer(server: Server, graceMs = 5_000): Promise<void> {
+  // From now on every response asks its client to close the connection (see
+  // createLocalServer), and the connection is ended once it is idle.
+  const closed = new Promise<void>((done) => server.close(() => done()));
+  server.closeIdleConnections();
+  const idle = setInterval(() => server.closeIdleConnections(), 25);
+  const force = setTimeout(() => server.closeAllConnections(), graceMs);
+  try {
+    await closed;
+  } finally {
+    clearInterval(idle);
+    clearTimeout(force);
+  }
+}
+
 /** An HTTP server that serves the functions as API Gateway would. */
 export function createLocalServer(handlers: Handlers): Server {
-  return createServer(async (req, res) => {
+  const server = createServer(async (req, res) => {
     const requestId = randomUUID();
     try {
       const body = await readBody(req);
@@ -130,7 +153,10 @@ export function createLocalServer(handlers: Handlers): Server {
       const event = toEvent(req, body, requestId);
       const match = matchRoute(event.requestContext.http.method, event.rawPath);
       const fn: FunctionName = match?.route.fn ?? 'api';
-      send(res, await handlers[fn](event, lambdaContext(fn, requestId)));
+      const result = await handlers[fn](event, lambdaContext(fn, requestId));
+      // A server being stopped (closeLocalServer) keeps no connection alive.
+      if (!server.listening) res.shouldKeepAlive = false;
+      send(res, result);
     } catch (err) {
       log('error', 'the local server failed a request', { err, request_id: requestId });
       if (!res.headersSent) {
@@ -144,4 +170,5 @@ export function createLocalServer(handlers: Handlers): Server {
       }
     }
   });
+  return server;
 }

@@ -15,7 +15,7 @@ import { newToken } from '../lib/http/auth.ts';
 import { log } from '../lib/log.ts';
 import { generateKey, parseKeyring } from '../lib/secrets.ts';
 import { startEmbeddedPostgres } from './postgres.ts';
-import { createLocalServer, type Handlers } from './server.ts';
+import { closeLocalServer, createLocalServer, type Handlers } from './server.ts';
 
 export interface LocalStack {
   url: string;
@@ -144,10 +144,7 @@ export async function startLocalStack(
     database,
     async stop() {
       if (timer) clearInterval(timer);
-      await new Promise<void>((done) => {
-        server.close(() => done());
-        server.closeIdleConnections();
-      });
+      await closeLocalServer(server);
       await sweeping;
       // Let in-process compiles started by the last requests finish.
       await new Promise((r) => setTimeout(r, 50));

@@ -4,7 +4,7 @@
 //   npm run test:unit                      every test/**/*.test.ts
 //   npm run test:unit -- test/db           only files under these paths
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join, relative } from 'node:path';
@@ -74,17 +74,77 @@ if (!adminUrl) {
 }
 
 const concurrency = Number(process.env.CONDUCTOR_TEST_CONCURRENCY ?? availableParallelism());
+// A test file still running after FILE_TIMEOUT_S fails, named, and is
+// stopped (node --test applies --test-timeout to each file as a whole, hooks
+// and top-level awaits included); RUN_TIMEOUT_S bounds the whole run, naming
+// the files still running. A stuck run then ends in minutes with the file to
+// look at, instead of holding CI until its own limit with nothing said.
+const FILE_TIMEOUT_S = Number(process.env.CONDUCTOR_TEST_FILE_TIMEOUT_S ?? 300);
+const RUN_TIMEOUT_S = Number(process.env.CONDUCTOR_TEST_RUN_TIMEOUT_S ?? 1500);
 const child = spawn(
   process.execPath,
-  ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, ...files],
+  [
+    '--import',
+    'tsx',
+    '--test',
+    `--test-concurrency=${concurrency}`,
+    `--test-timeout=${FILE_TIMEOUT_S * 1000}`,
+    ...files,
+  ],
   {
     stdio: 'inherit',
     env: { ...process.env, CONDUCTOR_TEST_ADMIN_URL: adminUrl },
+    // Its own process group, so the run's limit stops the test files with it.
+    detached: true,
   },
 );
+const stopGroup = (signal: NodeJS.Signals) => {
+  try {
+    if (child.pid) process.kill(-child.pid, signal);
+  } catch {
+    // already gone
+  }
+};
+// Ctrl-C and CI's TERM reach the test files, as they would without the group.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(signal, () => stopGroup(signal));
+}
+/** The test files still running: the runner's child processes, read from /proc (Linux). */
+function runningFiles(parent: number): string[] {
+  const files: string[] = [];
+  try {
+    for (const pid of readdirSync('/proc').filter((e) => /^\d+$/.test(e))) {
+      try {
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        if (ppid !== parent) continue;
+        const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+        files.push(...args.filter((a) => a.endsWith('.test.ts')).map((a) => relative('.', a)));
+      } catch {
+        // gone meanwhile
+      }
+    }
+  } catch {
+    // no /proc here
+  }
+  return files;
+}
+let overran = false;
+const limit = setTimeout(() => {
+  overran = true;
+  const hung = child.pid ? runningFiles(child.pid) : [];
+  console.error(
+    `# the run went past CONDUCTOR_TEST_RUN_TIMEOUT_S=${RUN_TIMEOUT_S} s: stopping it; still running: ${hung.join(', ') || '(could not tell)'}`,
+  );
+  stopGroup('SIGTERM');
+  setTimeout(() => stopGroup('SIGKILL'), 10_000).unref();
+}, RUN_TIMEOUT_S * 1000);
 const code: number = await new Promise((done) => {
   child.on('exit', (c, signal) => done(c ?? (signal ? 1 : 0)));
 });
-await stop(code !== 0);
+clearTimeout(limit);
+if (overran) stopGroup('SIGKILL');
+const runCode = overran ? 1 : code;
+await stop(runCode !== 0);
 console.log(`# test run took ${((Date.now() - started) / 1000).toFixed(1)} s`);
-process.exit(code);
+process.exit(runCode);

@@ -7,7 +7,7 @@ import { signBody } from '../../lib/forge/webhook.ts';
 import { type HttpEvent, httpFunction, type Reply } from '../../lib/http/index.ts';
 import { claimTask, completeTask } from '../../lib/scheduler/index.ts';
 import type { TaskSpec } from '../../lib/scheduler/types.ts';
-import { createLocalServer, type Handlers } from '../../local/server.ts';
+import { closeLocalServer, createLocalServer, type Handlers } from '../../local/server.ts';
 import { type LocalStack, startLocalStack } from '../../local/stack.ts';
 import { sha as shaOf } from '../e2e/payloads.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
@@ -272,10 +272,7 @@ export async function httpCeiling(
     return { ...result, claims: 0, retries: 0, errors };
   } finally {
     client.close();
-    await new Promise<void>((done) => {
-      server.close(() => done());
-      server.closeIdleConnections();
-    });
+    await closeLocalServer(server);
   }
 }
 
