@@ -221,16 +221,32 @@ function startServer(
   );
   track(child);
   return new Promise((done, fail) => {
+    // A server that neither gets ready nor exits (a full disk, a wedged
+    // recovery) fails the start instead of holding it forever.
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      fail(new Error(`postgres was not ready after ${START_TIMEOUT_MS / 1000} s:\n${output()}`));
+    }, START_TIMEOUT_MS);
     const output = lastLines(child, (line) => {
       log(line);
-      if (line.includes('database system is ready to accept connections')) done(child);
+      if (line.includes('database system is ready to accept connections')) {
+        clearTimeout(timer);
+        done(child);
+      }
     });
-    child.once('error', fail);
-    child.once('exit', (code, signal) =>
-      fail(new Error(`postgres exited with ${code ?? signal} while starting:\n${output()}`)),
-    );
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      fail(err);
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      fail(new Error(`postgres exited with ${code ?? signal} while starting:\n${output()}`));
+    });
   });
 }
+
+/** How long a starting server may take to accept connections (crash recovery included). */
+const START_TIMEOUT_MS = 120_000;
 
 function stopServer(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();

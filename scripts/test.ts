@@ -89,6 +89,9 @@ const child = spawn(
     '--test',
     `--test-concurrency=${concurrency}`,
     `--test-timeout=${FILE_TIMEOUT_S * 1000}`,
+    // A file whose tests and hooks are done ends, even if a handle it leaked
+    // (a socket, a timer) would keep its process alive.
+    '--test-force-exit',
     ...files,
   ],
   {

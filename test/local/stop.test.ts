@@ -84,3 +84,16 @@ test('stop() with a client that never finishes its request returns once the grac
     'the half-sent request got no answer; its connection was ended',
   );
 });
+
+test('stop() with a database connection that is never given back returns after its 10-s wait', async () => {
+  const s = await stack();
+  const held = await s.context.pool.connect();
+  const t0 = Date.now();
+  await s.stop();
+  const ms = Date.now() - t0;
+  assert.ok(
+    ms >= 9_000 && ms < 20_000,
+    `stop() waited for the connection, then went on (${ms} ms)`,
+  );
+  held.release();
+});

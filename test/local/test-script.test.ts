@@ -1,8 +1,8 @@
 // `npm test` cannot hang: a test file still running at
 // CONDUCTOR_TEST_FILE_TIMEOUT_S fails, named, whether it is stuck in a test or
-// outside any (a top-level await, a hook that never returns); the whole run
-// stops at CONDUCTOR_TEST_RUN_TIMEOUT_S, naming the files still running, with
-// none of their processes left behind.
+// in a hook; a file whose tests and hooks are done ends even if it leaked a
+// handle; the whole run stops at CONDUCTOR_TEST_RUN_TIMEOUT_S, naming the
+// files still running, with none of their processes left behind.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -17,14 +17,24 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 const dir = await mkdtemp(join(tmpdir(), 'conductor-test-script-'));
 after(() => rm(dir, { recursive: true, force: true }));
 await writeFile(join(dir, 'package.json'), '{"type":"module"}\n');
-// Writes its pid, passes one test, then never ends.
+// Writes its pid, passes one test, then its after hook never returns (as a
+// stack.stop() waiting on something that never ends would).
 await writeFile(
   join(dir, 'hangs.test.ts'),
   `import { writeFileSync } from 'node:fs';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 writeFileSync(${JSON.stringify(join(dir, 'pid'))}, String(process.pid));
+after(() => new Promise(() => setInterval(() => {}, 1000)));
 test('passes before the file hangs', () => {});
-await new Promise(() => setInterval(() => {}, 1000));
+`,
+);
+// Passes, but leaves an interval behind that would keep its process alive.
+await writeFile(
+  join(dir, 'leaks.test.ts'),
+  `import { test } from 'node:test';
+test('passes and leaks a timer', () => {
+  setInterval(() => {}, 1000);
+});
 `,
 );
 await writeFile(
@@ -64,7 +74,7 @@ const alive = (pid: number) => {
   }
 };
 
-test('a file that hangs outside any test stops the run at its limit, named, and leaves no process behind', async () => {
+test('a file that hangs in a hook stops the run at its limit, named, and leaves no process behind', async () => {
   const r = await run(join(dir, 'hangs.test.ts'), { CONDUCTOR_TEST_RUN_TIMEOUT_S: '4' });
   assert.equal(r.code, 1, r.out);
   assert.match(r.out, /ok 1 - passes before the file hangs/);
@@ -85,10 +95,17 @@ test('a file past its limit fails, named, and the run ends with it', async () =>
   assert.doesNotMatch(r.out, /went past/);
 });
 
-test('a file that hangs after its tests passed fails at the file limit too', async () => {
+test('a file that hangs in a hook after its tests passed fails at the file limit too', async () => {
   const r = await run(join(dir, 'hangs.test.ts'), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '3' });
   assert.equal(r.code, 1, r.out);
   assert.match(r.out, /ok 1 - passes before the file hangs/);
   assert.match(r.out, /not ok \d+ - .*hangs\.test\.ts/);
   assert.match(r.out, /test timed out after 3000ms/);
+});
+
+test('a file that passes but leaks a handle ends with its tests, and the run passes', async () => {
+  const r = await run(join(dir, 'leaks.test.ts'), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '20' });
+  assert.equal(r.code, 0, r.out);
+  assert.match(r.out, /ok 1 - passes and leaks a timer/);
+  assert.ok(r.ms < 15_000, `the run ended with the file (${r.ms} ms), not at its limit`);
 });
