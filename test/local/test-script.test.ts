@@ -58,9 +58,8 @@ function run(file: string, env: Record<string, string>) {
   child.stderr.on('data', (c) => {
     out += c;
   });
-  const t0 = Date.now();
-  return new Promise<{ code: number | null; out: string; ms: number }>((done) =>
-    child.on('close', (code) => done({ code, out, ms: Date.now() - t0 })),
+  return new Promise<{ code: number | null; out: string }>((done) =>
+    child.on('close', (code) => done({ code, out })),
   );
 }
 
@@ -104,8 +103,9 @@ test('a file that hangs in a hook after its tests passed fails at the file limit
 });
 
 test('a file that passes but leaks a handle ends with its tests, and the run passes', async () => {
-  const r = await run(join(dir, 'leaks.test.ts'), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '20' });
+  // Without --test-force-exit the file would run into its limit and fail.
+  const r = await run(join(dir, 'leaks.test.ts'), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '30' });
   assert.equal(r.code, 0, r.out);
   assert.match(r.out, /ok 1 - passes and leaks a timer/);
-  assert.ok(r.ms < 15_000, `the run ended with the file (${r.ms} ms), not at its limit`);
+  assert.doesNotMatch(r.out, /timed out/);
 });
