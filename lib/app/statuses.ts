@@ -129,20 +129,28 @@ export function statusOptions(ctx: AppContext) {
   };
 }
 
-/** Posts a job's newest status right after the change that wrote it committed; never throws. */
-export async function deliverJobStatus(ctx: AppContext, jobId: string): Promise<void> {
+/**
+ * Posts a job's newest status right after the change that wrote it committed;
+ * never throws. Answers what it delivered, or undefined when it failed (the
+ * sweep retries).
+ */
+export async function deliverJobStatus(
+  ctx: AppContext,
+  jobId: string,
+): Promise<DeliverySummary | undefined> {
   // A status row just committed is work for the sweep if this post fails
   // (a blocked or declined job's may be the only work there is): open the
   // idle gate first (lib/idle/gate.ts).
   await openGate(ctx.gate);
   try {
     // A short timeout: the caller answers after this, and the sweep retries.
-    await deliverStatuses(ctx.pool, ctx.keyring, {
+    return await deliverStatuses(ctx.pool, ctx.keyring, {
       ...statusOptions(ctx),
       jobId,
       timeoutMs: 5_000,
     });
   } catch (err) {
     log('warn', 'posting a commit status failed; the sweep will retry', { job_id: jobId, err });
+    return undefined;
   }
 }

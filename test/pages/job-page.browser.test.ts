@@ -83,11 +83,11 @@ test('a running job shows its graph, and a task turns success on the page withou
   await page.evaluate('window.kept = true');
 
   await runTask(stack, job.token); // build
-  await page.locator('[data-task-name="build"][data-state="success"]').waitFor({ timeout: 15_000 });
+  await page.locator('[data-task-name="build"][data-state="success"]').waitFor({ timeout: 60_000 });
   assert.match((await page.locator('[data-task-name="build"]').textContent()) ?? '', /success/);
   await page
     .locator('[data-task-name="test (node: 20)"][data-state="queued"]')
-    .waitFor({ timeout: 15_000 });
+    .waitFor({ timeout: 60_000 });
   assert.equal(await page.evaluate('window.kept'), true, 'the page was not reloaded');
   await screenshot(page, 'job-running-1280x800');
   const phone = await newPage(browser, { width: 390, height: 844 });
@@ -130,7 +130,7 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
     data: 'deployed\n',
   });
   assert.equal(res.status, 200, res.text);
-  await page.locator('[data-log] #L3', { hasText: 'deployed' }).waitFor({ timeout: 15_000 });
+  await page.locator('[data-log] #L3', { hasText: 'deployed' }).waitFor({ timeout: 60_000 });
   assert.equal(await log.textContent(), 'red failure and green\nusing *** now\ndeployed\n');
   res = await complete(stack, job.token, task.id, {
     lease_id: task.lease_id,
@@ -138,7 +138,7 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
     exit_code: 0,
   });
   assert.equal(res.status, 200, res.text);
-  await page.locator('[data-job-state="success"]').waitFor({ timeout: 15_000 });
+  await page.locator('[data-job-state="success"]').waitFor({ timeout: 60_000 });
   assert.equal(await log.textContent(), 'red failure and green\nusing *** now\ndeployed\n');
   // "Download raw" saves the log as stored: colour codes kept, the secret masked.
   const [download] = await Promise.all([
@@ -193,6 +193,6 @@ test("a blocked job's page shows the task graph once the job is approved, withou
     token: stack.adminToken,
   });
   assert.equal(approved.status, 200, approved.text);
-  await page.locator('[data-task-name="check"][data-state="queued"]').waitFor({ timeout: 15_000 });
+  await page.locator('[data-task-name="check"][data-state="queued"]').waitFor({ timeout: 60_000 });
   assert.equal(await page.locator('[data-job-state]').getAttribute('data-job-state'), 'running');
 });

@@ -17,7 +17,6 @@ import {
   seen,
   seenAnswered,
   statusStack,
-  waitUntil,
   whileDown,
 } from './support.ts';
 
@@ -30,34 +29,42 @@ async function jobWithUndelivered(id: string) {
   return { p, commit, jobId };
 }
 
-test('ten sweeps and deliveries at once, one of them in flight at the forge while the others run, post the status exactly once', async () => {
-  const { commit, jobId } = await jobWithUndelivered('at-once');
+type Deliverer = 'sweep' | 'delivery' | 'post-commit delivery';
+
+/** Ten callers of all three kinds at once, the one of kind `first` started first and held at the forge. */
+async function tenAtOnce(id: string, first: Deliverer) {
+  const { commit, jobId } = await jobWithUndelivered(id);
   await makeDue(stack, jobId);
   const ctx = stack.context;
+  const start = (kind: Deliverer) =>
+    kind === 'sweep'
+      ? runSweep(ctx)
+      : kind === 'delivery'
+        ? deliverStatuses(ctx.pool, ctx.keyring, { ...statusOptions(ctx), jobId })
+        : deliverJobStatus(ctx, jobId);
+  const kinds: Deliverer[] = [
+    ...Array<Deliverer>(4).fill('sweep'),
+    ...Array<Deliverer>(4).fill('delivery'),
+    ...Array<Deliverer>(2).fill('post-commit delivery'),
+  ];
+  kinds.splice(kinds.indexOf(first), 1);
   fake.hold();
-  let finished = 0;
-  const track = <T>(work: Promise<T>) =>
-    work.finally(() => {
-      finished++;
-    });
   try {
-    const all = Promise.all([
-      ...Array.from({ length: 4 }, () => track(runSweep(ctx))),
-      ...Array.from({ length: 4 }, () =>
-        track(deliverStatuses(ctx.pool, ctx.keyring, { ...statusOptions(ctx), jobId })),
-      ),
-      ...Array.from({ length: 2 }, () => track(deliverJobStatus(ctx, jobId))),
-    ]);
-    // One deliverer is at the forge; every other one finds the row held and is done.
+    // The chosen one claims the row and is at the forge, held there...
+    const winner = start(first);
     await fake.waitForStatuses(commit, 2);
-    await waitUntil('nine of the ten calls finished', async () => finished === 9);
+    // ...while the nine others run to their end: each finds the row held.
+    const others = await Promise.all(kinds.map(start));
     fake.release();
-    const results = await all;
-    const delivered = results.reduce(
-      (n, r) => n + (r && 'statuses_delivered' in r ? r.statuses_delivered : 0),
-      0,
+    const won = await winner;
+    const delivered = (r: Awaited<ReturnType<typeof start>>) =>
+      r && 'statuses_delivered' in r ? r.statuses_delivered : 0;
+    assert.equal(delivered(won), 1, `the ${first} delivered it`);
+    assert.deepEqual(
+      others.map(delivered),
+      kinds.map(() => 0),
+      'none of the other nine delivered anything',
     );
-    assert.equal(delivered, 1, 'one call delivered it');
   } finally {
     fake.release();
   }
@@ -73,7 +80,13 @@ test('ten sweeps and deliveries at once, one of them in flight at the forge whil
     (await outbox(stack, jobId)).map((r) => r.result),
     ['superseded', 'delivered'],
   );
-});
+}
+
+for (const first of ['sweep', 'delivery', 'post-commit delivery'] as const) {
+  test(`ten sweeps and deliveries at once, a ${first} at the forge while the nine others run, post the status exactly once`, async () => {
+    await tenAtOnce(`at-once-${first.replace(/\W+/g, '-')}`, first);
+  });
+}
 
 test('a state change delivered by its own route and by concurrent sweeps reaches the forge once', async () => {
   const { p, commit } = await projectOn(stack, fake, 'github', 'settle-race', ONE_TASK);
