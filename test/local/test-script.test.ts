@@ -94,18 +94,15 @@ test('a file past its limit fails, named, and the run ends with it', async () =>
   assert.doesNotMatch(r.out, /went past/);
 });
 
-test('a file that hangs in a hook after its tests passed fails at the file limit too', async () => {
-  const r = await run(join(dir, 'hangs.test.ts'), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '3' });
-  assert.equal(r.code, 1, r.out);
-  assert.match(r.out, /ok 1 - passes before the file hangs/);
-  assert.match(r.out, /not ok \d+ - .*hangs\.test\.ts/);
-  assert.match(r.out, /test timed out after 3000ms/);
-});
-
-test('a file that passes but leaks a handle fails at the file limit, named, instead of holding the run', async () => {
-  const r = await run(join(dir, 'leaks.test.ts'), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '3' });
-  assert.equal(r.code, 1, r.out);
-  assert.match(r.out, /ok 1 - passes and leaks a timer/);
-  assert.match(r.out, /not ok \d+ - .*leaks\.test\.ts/);
-  assert.match(r.out, /test timed out after 3000ms/);
-});
+for (const [file, passed, what] of [
+  ['hangs', 'passes before the file hangs', 'hangs in a hook after its tests passed'],
+  ['leaks', 'passes and leaks a timer', 'passes but leaks a handle'],
+] as const) {
+  test(`a file that ${what} fails at the file limit, named, instead of holding the run`, async () => {
+    const r = await run(join(dir, `${file}.test.ts`), { CONDUCTOR_TEST_FILE_TIMEOUT_S: '3' });
+    assert.equal(r.code, 1, r.out);
+    assert.match(r.out, new RegExp(`ok 1 - ${passed}`));
+    assert.match(r.out, new RegExp(`not ok \\d+ - .*${file}\\.test\\.ts`));
+    assert.match(r.out, /test timed out after 3000ms/);
+  });
+}
