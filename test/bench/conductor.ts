@@ -61,6 +61,82 @@ export interface CycleResult extends Rate {
   errors: number;
 }
 
+/** Tasks queued and workers registered for a cycle run, on a pool of `concurrency`. */
+interface CycleSetup {
+  pool: Pool;
+  label: string;
+  workers: string[];
+}
+
+async function setUpCycles(
+  url: string,
+  concurrency: number,
+  total: number,
+  shape: Shape,
+  jobSize: number,
+): Promise<CycleSetup> {
+  const pool = createPool({ url, max: concurrency });
+  try {
+    const label = await queueTasks(pool, total, shape, jobSize);
+    const workers: string[] = [];
+    for (let i = 0; i < concurrency; i++) workers.push(await makeWorker(pool, [label]));
+    return { pool, label, workers };
+  } catch (err) {
+    await pool.end();
+    throw err;
+  }
+}
+
+/** One loop per worker, claiming and completing until `total` were claimed or the limit. */
+async function runCycles(
+  { pool, label, workers }: CycleSetup,
+  total: number,
+  limitMs: number,
+): Promise<CycleResult> {
+  let claimed = 0;
+  let completed = 0;
+  let claims = 0;
+  let retries = 0;
+  let errors = 0;
+  const onRetries = (r: number) => {
+    claims++;
+    retries += r;
+  };
+  const start = nowMs();
+  const deadline = start + limitMs;
+  await Promise.all(
+    workers.map(async (workerId) => {
+      while (claimed < total && nowMs() < deadline) {
+        let task: Awaited<ReturnType<typeof claimTask>>;
+        try {
+          task = await claimTask(pool, workerId, [label], { onRetries });
+        } catch {
+          errors++;
+          continue;
+        }
+        if (!task) {
+          await sleep(1);
+          continue;
+        }
+        claimed++;
+        try {
+          await completeTask(pool, {
+            workerId,
+            taskId: task.id,
+            leaseId: task.lease_id!,
+            outcome: 'success',
+          });
+          completed++;
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
+  const ms = nowMs() - start;
+  return { ...rate(completed, total, ms, completed < total), claims, retries, errors };
+}
+
 /**
  * Library level: `concurrency` loops on one pool of that size, each claiming
  * and completing until every task was claimed, or until the deadline.
@@ -73,55 +149,11 @@ export async function libraryCycles(
   jobSize: number,
   limitMs: number,
 ): Promise<CycleResult> {
-  const pool = createPool({ url, max: concurrency });
+  const setup = await setUpCycles(url, concurrency, total, shape, jobSize);
   try {
-    const label = await queueTasks(pool, total, shape, jobSize);
-    const workers: string[] = [];
-    for (let i = 0; i < concurrency; i++) workers.push(await makeWorker(pool, [label]));
-    let claimed = 0;
-    let completed = 0;
-    let claims = 0;
-    let retries = 0;
-    let errors = 0;
-    const onRetries = (r: number) => {
-      claims++;
-      retries += r;
-    };
-    const start = nowMs();
-    const deadline = start + limitMs;
-    await Promise.all(
-      workers.map(async (workerId) => {
-        while (claimed < total && nowMs() < deadline) {
-          let task: Awaited<ReturnType<typeof claimTask>>;
-          try {
-            task = await claimTask(pool, workerId, [label], { onRetries });
-          } catch {
-            errors++;
-            continue;
-          }
-          if (!task) {
-            await sleep(1);
-            continue;
-          }
-          claimed++;
-          try {
-            await completeTask(pool, {
-              workerId,
-              taskId: task.id,
-              leaseId: task.lease_id!,
-              outcome: 'success',
-            });
-            completed++;
-          } catch {
-            errors++;
-          }
-        }
-      }),
-    );
-    const ms = nowMs() - start;
-    return { ...rate(completed, total, ms, completed < total), claims, retries, errors };
+    return await runCycles(setup, total, limitMs);
   } finally {
-    await pool.end();
+    await setup.pool.end();
   }
 }
 
@@ -610,4 +642,111 @@ export async function lostRunner(
   } finally {
     await pool.end();
   }
+}
+
+export interface TakeoverCost {
+  /** Loops per side. */
+  concurrency: number;
+  /** Tasks queued per side and round (more than the window can finish). */
+  tasks: number;
+  windowMs: number;
+  /** Cycles per second with the claim as migrated (the takeover of expired leases first), per round. */
+  withTakeover: number[];
+  /** The same, at the same time, with the claim as migration 003 left it (the queue only). */
+  queueOnly: number[];
+  /** Geometric mean of the per-round ratios withTakeover / queueOnly. */
+  ratio: number;
+  /** The lowest and highest per-round ratio. */
+  spread: [number, number];
+}
+
+/**
+ * The claim function before the lease takeover (#19): `conductor_claim` as
+ * migrations/003_trust.sql creates it, read from that file, so the figure
+ * compares against what really ran before migration 004.
+ */
+export async function claimBeforeTakeover(): Promise<string> {
+  const { readFile } = await import('node:fs/promises');
+  const { join } = await import('node:path');
+  const { MIGRATIONS_DIR } = await import('../../lib/db/migrate.ts');
+  const text = await readFile(join(MIGRATIONS_DIR, '003_trust.sql'), 'utf8');
+  const fn = /create or replace function conductor_claim\([\s\S]*?\n\$\$;/.exec(text)?.[0];
+  if (!fn || fn.includes('lease_expires_at <')) {
+    throw new Error('migrations/003_trust.sql: conductor_claim without a lease takeover not found');
+  }
+  return fn;
+}
+
+/**
+ * What taking over expired leases costs the claim when no lease has expired
+ * (the common case). Each round makes two fresh databases on one server, one
+ * with the claim as migrated and one with the claim as it was before
+ * migration 004, queues more tasks in each than the window can finish, then
+ * runs `concurrency` claim → complete loops on each side at the same time for
+ * the same window. Both sides share the machine's every moment (its drift
+ * from one measurement to the next is larger than the cost looked for), so
+ * the ratio of their rates is the cost; the two halves of the cores each side
+ * gets are its own share of the work.
+ */
+export async function takeoverCost(
+  server: {
+    url(db: string): string;
+    createDatabase(db: string): Promise<void>;
+    dropDatabase(db: string): Promise<void>;
+  },
+  concurrency: number,
+  rounds: number,
+  tasks: number,
+  windowMs: number,
+): Promise<TakeoverCost> {
+  const before = await claimBeforeTakeover();
+  const withTakeover: number[] = [];
+  const queueOnly: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const dbs = [`takeover_${round}_on`, `takeover_${round}_off`];
+    const setups: CycleSetup[] = [];
+    try {
+      for (const db of dbs) {
+        await server.createDatabase(db);
+        await migrated(server.url(db));
+      }
+      const off = createPool({ url: server.url(dbs[1]!), max: 1 });
+      try {
+        await off.query(before);
+      } finally {
+        await off.end();
+      }
+      for (const db of dbs) {
+        setups.push(await setUpCycles(server.url(db), concurrency, tasks, 'jobs', 10));
+      }
+      // Who starts first alternates (the other starts a tick later).
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      const runs: Promise<CycleResult>[] = [];
+      for (const i of order) runs[i] = runCycles(setups[i]!, tasks, windowMs);
+      const [on, off2] = await Promise.all(runs);
+      for (const r of [on!, off2!]) {
+        if (!r.partial || r.errors > 0) {
+          throw new Error(
+            `round ${round}: ${r.done} of ${r.wanted} tasks in the window (queue more), ${r.errors} errors`,
+          );
+        }
+      }
+      withTakeover.push(on!.perSecond);
+      queueOnly.push(off2!.perSecond);
+    } finally {
+      for (const s of setups) await s.pool.end();
+      for (const db of dbs) await server.dropDatabase(db).catch(() => {});
+    }
+  }
+  const ratios = withTakeover.map((w, i) => w / queueOnly[i]!);
+  const ratio = Math.exp(ratios.reduce((s, x) => s + Math.log(x), 0) / ratios.length);
+  return {
+    concurrency,
+    tasks,
+    windowMs,
+    withTakeover,
+    queueOnly,
+    ratio,
+    spread: [Math.min(...ratios), Math.max(...ratios)],
+  };
 }

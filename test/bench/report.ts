@@ -5,6 +5,7 @@ import type {
   EmptyWal,
   Latency,
   LostRunner,
+  TakeoverCost,
   WebhookLatency,
 } from './conductor.ts';
 import type { PageRender } from './pages.ts';
@@ -36,6 +37,7 @@ export interface Results {
   fan?: CycleResult;
   webhook?: WebhookLatency;
   lostRunner?: LostRunner;
+  takeover?: TakeoverCost;
   jobPage?: { matrix: PageRender; layered: PageRender };
   notes: string[];
 }
@@ -112,6 +114,14 @@ export function targets(r: Results): Target[] {
       met: x === undefined ? undefined : x <= 2,
     });
   }
+  const t = r.takeover;
+  out.push({
+    name: `cycles with the claim's lease takeover within 5% of the claim without it (c=${t?.concurrency ?? 16}; issue #19)`,
+    measured: t
+      ? `${f2(t.ratio)}× over ${t.withTakeover.length} rounds (${f2(t.spread[0])} to ${f2(t.spread[1])})`
+      : '–',
+    met: t ? t.ratio >= 0.95 : undefined,
+  });
   const page = r.jobPage?.matrix;
   out.push({
     name: 'GET /jobs/{id} of 1,000 tasks ≤ 50 ms p50 (issue #15)',
@@ -194,6 +204,13 @@ export function markdown(r: Results): string {
     lines.push(
       `| lost runner: last heartbeat to the next claim (lease ${l.leaseS} s, idle poll ${l.pollMaxS} s), by takeover, sweep off | ${f1(l.takeoverS)} s |`,
       `| the same with the sweep only (every ${l.sweepIntervalS} s, then the next poll) | ${f1(l.sweepOnlyS)} s |`,
+    );
+  }
+  if (r.takeover) {
+    const t = r.takeover;
+    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    lines.push(
+      `| the claim with lease takeover against the claim without it (migration 003's), both at once, ${t.concurrency} loops each, ${t.withTakeover.length} rounds of ${f1(t.windowMs / 1000)} s | ${f2(t.ratio)}× (per round ${f2(t.spread[0])} to ${f2(t.spread[1])}; median ${f0(med(t.withTakeover))} against ${f0(med(t.queueOnly))} cycles/s) |`,
     );
   }
   if (r.jobPage) {

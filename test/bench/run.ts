@@ -16,6 +16,7 @@ import {
   libraryCycles,
   lostRunner,
   migrated,
+  takeoverCost,
   webhookLatency,
 } from './conductor.ts';
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';
@@ -41,6 +42,7 @@ const P = quick
       pageSamples: 30,
       // Not the defaults: the quick run cannot wait for a 45-s lease.
       lost: { leaseS: 3, pollMaxS: 1, sweepIntervalS: 2 },
+      takeover: { rounds: 2, tasks: 3_000, windowMs: 2_000 },
     }
   : {
       tasks: 1_000,
@@ -59,6 +61,9 @@ const P = quick
       // The defaults: CONDUCTOR_LEASE_S, the runner's --poll-max-s, and the
       // local sweep's CONDUCTOR_SWEEP_INTERVAL_S.
       lost: { leaseS: 45, pollMaxS: 10, sweepIntervalS: 10 },
+      // Both claims at once, so the machine's drift falls on both (issue
+      // #19's bound, 5%, is smaller than that drift between measurements).
+      takeover: { rounds: 8, tasks: 8_000, windowMs: 4_000 },
     };
 const JOB_SIZE = 10;
 const BURST_BATCH = 50;
@@ -198,6 +203,14 @@ async function main(): Promise<void> {
         P.cycleLimitMs,
       );
       progress(`  ${fmt(results.fan.perSecond)} cycles/s`);
+    });
+    await step('lease takeover: the claim with and without it, c=16', async () => {
+      const { rounds, tasks, windowMs } = P.takeover;
+      const t = await takeoverCost(pg, 16, rounds, tasks, windowMs);
+      results.takeover = t;
+      progress(
+        `  ${t.ratio.toFixed(3)}× (per round ${t.spread[0].toFixed(2)} to ${t.spread[1].toFixed(2)}) over ${t.withTakeover.length} rounds`,
+      );
     });
     await step('webhook to first claimable task', async () => {
       results.webhook = await webhookLatency(
