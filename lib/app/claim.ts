@@ -2,9 +2,10 @@
 // the outputs of the tasks it needs, and (for trusted jobs only) its secrets
 // and the clone token.
 
+import { randomUUID } from 'node:crypto';
 import type { AppContext } from '../context.ts';
 import { type Pool, prepared, statement, TransactionConflictError } from '../db/index.ts';
-import { ValidationError } from '../errors.ts';
+import { UnauthorizedError, UnavailableError, ValidationError } from '../errors.ts';
 import { workerTokenRequired } from '../http/auth.ts';
 import { KnownClaimers } from '../idle/claimers.ts';
 import { log } from '../log.ts';
@@ -29,7 +30,21 @@ export interface Assignment {
   matrix: Record<string, string>;
   needs_outputs: Record<string, Record<string, string>>;
   timeout_s: number;
+  /** Whether the job is trusted: secrets and the repository token come only then. */
+  trusted: boolean;
   repo: { url: string; sha: string; ref: string; token?: string };
+}
+
+/** How a runner's claim is made, beyond its token and labels. */
+export interface ClaimRequest {
+  /** The runner's Idempotency-Key: a repeat while the lease lives answers the same attempt. */
+  key?: string | null;
+  /**
+   * Aborted when the request ran out of time and was answered 503 (middy's
+   * early timeout): a claim that commits after that never reaches its
+   * runner, and is given back.
+   */
+  signal?: AbortSignal;
 }
 
 function unknownLabels(labels: string[] | undefined, registered: string[]): ValidationError | null {
@@ -48,23 +63,43 @@ function unknownLabels(labels: string[] | undefined, registered: string[]): Vali
 // The runner route's claim: the token check, the "seen" mark and the claim in
 // one round trip. The claim runs only when the labels asked for are among the
 // worker's (a lateral row that exists only then comes first); otherwise the
-// statement answers the worker's labels and claims nothing.
+// statement answers the worker's labels and claims nothing. An ephemeral
+// worker's claimed_lease, as the token check read it, tells its one claim
+// made (401 after it) from nothing to claim (204).
 const CLAIM_BY_TOKEN = `
   with ${WORKER_BY_TOKEN}
-  select w.id as auth_worker_id, w.labels as auth_worker_labels, x.*
+  select w.id as auth_worker_id, w.labels as auth_worker_labels,
+         w.ephemeral as auth_ephemeral, w.claimed_lease as auth_claimed_lease, x.*
     from worker w
     left join lateral (
       select ${CLAIMED_COLUMNS}
         from (select coalesce($2::text[], w.labels) as labels
                where $2::text[] is null or $2::text[] <@ w.labels) g
-       cross join lateral conductor_claim(w.id, g.labels, $3) c
+       cross join lateral conductor_claim(w.id, g.labels, $3, $4, $5) c
     ) x on true`;
+
+interface ClaimByTokenRow extends Partial<ClaimedTask> {
+  auth_worker_id: string;
+  auth_worker_labels: string[];
+  auth_ephemeral: boolean;
+  auth_claimed_lease: string | null;
+}
+
+/** What the claim route answers: the task, and whether the worker is ephemeral. */
+export interface ClaimAnswer {
+  task: Assignment | null;
+  ephemeral: boolean;
+}
 
 /**
  * Claims a task for the worker whose bearer token hashes to `tokenHash` and
  * assembles what the runner needs, in one statement: a 401 for an unknown or
- * revoked token; `labels` narrows the worker's registered labels, and a label
- * it was not registered with is a 400; null when nothing is claimable.
+ * revoked token, and for an ephemeral worker that has made its one claim;
+ * `labels` narrows the worker's registered labels, and a label it was not
+ * registered with is a 400; task null when nothing is claimable. The lease id
+ * is chosen here, before the statement is sent: when the statement fails
+ * after it may have committed (a connection lost or gone silent, a timeout),
+ * the lease is given back, so the lost reply leaves no lease nobody holds.
  */
 export async function claimForToken(
   pool: Pool,
@@ -72,28 +107,77 @@ export async function claimForToken(
   tokenHash: Buffer,
   labels: string[] | undefined,
   leaseS: number,
-): Promise<Assignment | null> {
-  let rows: Array<Partial<ClaimedTask> & { auth_worker_id: string; auth_worker_labels: string[] }>;
+  request: ClaimRequest = {},
+): Promise<ClaimAnswer> {
+  const leaseId = randomUUID();
+  let rows: ClaimByTokenRow[];
   try {
-    rows = await statement(
+    rows = await statement<ClaimByTokenRow>(
       pool,
-      prepared('conductor_claim_by_token', CLAIM_BY_TOKEN, [tokenHash, labels ?? null, leaseS]),
+      prepared('conductor_claim_by_token', CLAIM_BY_TOKEN, [
+        tokenHash,
+        labels ?? null,
+        leaseS,
+        leaseId,
+        request.key ?? null,
+      ]),
       { maxRetries: 10 },
     );
   } catch (err) {
-    // As claimTask: a claim that keeps losing deadlocks answers "nothing
-    // claimable" and the runner polls again. Only a statement that locked a
-    // task can deadlock, and only a known worker's does.
-    if (err instanceof TransactionConflictError) return null;
+    // As claimTask: a claim that keeps losing serialization races or
+    // deadlocks answers "nothing claimable" and the runner polls again. It
+    // rolled back: there is nothing to give back.
+    if (err instanceof TransactionConflictError) return { task: null, ephemeral: false };
+    await giveBack(pool, leaseId, 'its reply was lost');
     throw err;
   }
   const row = rows[0];
   if (!row) throw workerTokenRequired();
   const bad = unknownLabels(labels, row.auth_worker_labels);
   if (bad) throw bad;
-  if (!row.id) return null;
-  const { auth_worker_id: _id, auth_worker_labels: _labels, ...task } = row;
-  return assembleOrGiveBack(pool, keyring, task as ClaimedTask);
+  const ephemeral = row.auth_ephemeral;
+  if (!row.id) {
+    if (ephemeral && row.auth_claimed_lease) {
+      throw new UnauthorizedError(
+        'this ephemeral worker has made its one claim: its token is good for that task only',
+      );
+    }
+    return { task: null, ephemeral };
+  }
+  const {
+    auth_worker_id: _id,
+    auth_worker_labels: _labels,
+    auth_ephemeral: _ephemeral,
+    auth_claimed_lease: _claimed,
+    ...task
+  } = row;
+  const assignment = await assembleOrGiveBack(pool, keyring, task as ClaimedTask);
+  if (assignment && request.signal?.aborted) {
+    // The request was answered 503 while this ran: the runner never gets
+    // this answer. It may still claim again with the same key, and be
+    // answered the same attempt, until the lease is given back here.
+    await giveBack(pool, assignment.lease_id, 'the request ran out of time');
+    throw new UnavailableError('the request ran out of time; try again');
+  }
+  return { task: assignment, ephemeral };
+}
+
+/** releaseClaim for a claim whose answer never left; a failure only logs (the lease then expires). */
+async function giveBack(pool: Pool, leaseId: string, why: string): Promise<void> {
+  try {
+    const released = await releaseClaim(pool, leaseId, null);
+    if (released) {
+      log('warn', `a claim was given back: ${why}`, { lease_id: leaseId });
+      if (released.ended) await followUpAfterCommit(pool, released.jobId, released.taskId);
+    }
+  } catch (releaseErr) {
+    // The lease then expires as a lost runner's would; a repeat of the
+    // claim with the same key is answered it meanwhile.
+    log('warn', 'could not give back a claim whose reply was lost', {
+      lease_id: leaseId,
+      releaseErr,
+    });
+  }
 }
 
 // Claims the database accepted in this container: only those are answered
@@ -104,24 +188,28 @@ const known = new KnownClaimers();
  * The runner's claim: claimForToken under the configured lease, unless the
  * idle gate is closed and this container has seen the database accept this
  * token and labels before: no job is open, so nothing is claimable, and the
- * database (perhaps paused) is not woken to say so.
+ * database (perhaps paused) is not woken to say so. An ephemeral worker is
+ * never remembered: its second claim must reach the database, which answers
+ * it 401.
  */
 export async function claimForRunner(
   ctx: AppContext,
   tokenHash: Buffer,
   labels: string[] | undefined,
+  request: ClaimRequest = {},
 ): Promise<Assignment | null> {
   const key = KnownClaimers.key(tokenHash, labels);
   if (ctx.gate && known.has(key) && !(await ctx.gate.mayHaveWork())) return null;
-  const task = await claimForToken(
+  const answer = await claimForToken(
     ctx.pool,
     ctx.keyring,
     tokenHash,
     labels,
     ctx.config.CONDUCTOR_LEASE_S,
+    request,
   );
-  known.remember(key);
-  return task;
+  if (!answer.ephemeral) known.remember(key);
+  return answer.task;
 }
 
 /** A claimed task's sealed value (a secret, the forge token) that cannot be opened. */
@@ -145,14 +233,16 @@ async function assembleOrGiveBack(
   } catch (err) {
     const failure = err instanceof UnopenableError ? err.message : null;
     try {
-      const released = await releaseClaim(pool, task.id, task.lease_id!, failure);
-      if (released?.failed) {
-        log('error', 'a claimed task failed: a sealed value cannot be opened', {
-          task_id: task.id,
-          err,
-        });
+      const released = await releaseClaim(pool, task.lease_id!, failure);
+      if (released?.ended) {
+        if (released.failed) {
+          log('error', 'a claimed task failed: a sealed value cannot be opened', {
+            task_id: task.id,
+            err,
+          });
+        }
         await followUpAfterCommit(pool, released.jobId, task.id);
-        return null;
+        if (released.failed) return null;
       }
     } catch (releaseErr) {
       // The lease then expires as a lost runner's would, and the sweep
@@ -205,6 +295,7 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
     matrix: task.matrix,
     needs_outputs: task.needs_outputs,
     timeout_s: task.timeout_s,
+    trusted: task.trusted,
     repo: {
       url: task.repo_url,
       sha: task.sha,

@@ -30,19 +30,23 @@ export async function completeForToken(
   // Outputs and the error are shown in the job view and outputs are handed to
   // the tasks that need them: undeclared or oversized outputs are refused and
   // secret values masked, before either way of recording the outcome. A
-  // completion with neither (most of them) skips this read, and a success
-  // stays one round trip. A bad token is a 401 even when the outputs are
-  // refused too.
-  const masked = await maskReport(
-    ctx.pool,
-    ctx.keyring,
-    sent.taskId,
-    { outputs: sent.outputs ?? {}, error: sent.error ?? null },
-    () => requireWorkerByHash(ctx.pool, tokenHash),
-  );
-  const report = { ...sent, outputs: masked.outputs, error: masked.error || null };
+  // completion with neither (most of them) skips this, and a success stays
+  // one round trip. Otherwise the token is checked first: nothing of the
+  // task, its project or its secrets is read for a bad token (a 401).
+  const hasReport = Object.keys(sent.outputs ?? {}).length > 0 || Boolean(sent.error);
   const successFirst = sent.outcome === 'success' && !sent.error;
-  let workerId: string;
+  let workerId: string | null = null;
+  let report: CompleteReport = sent;
+  if (hasReport) {
+    workerId = (await requireWorkerByHash(ctx.pool, tokenHash)).id;
+    const masked = await maskReport(
+      ctx.pool,
+      ctx.keyring,
+      { taskId: sent.taskId, leaseId: sent.leaseId, workerId },
+      { outputs: sent.outputs ?? {}, error: sent.error ?? null },
+    );
+    report = { ...sent, outputs: masked.outputs, error: masked.error || null };
+  }
   if (successFirst) {
     // The common case: the token check and the success are one statement.
     const fast = await completeSuccessByToken(ctx.pool, tokenHash, {
@@ -59,7 +63,7 @@ export async function completeForToken(
     }
     workerId = fast.workerId;
   } else {
-    workerId = (await requireWorkerByHash(ctx.pool, tokenHash)).id;
+    workerId ??= (await requireWorkerByHash(ctx.pool, tokenHash)).id;
   }
   const result = await completeTask(
     ctx.pool,

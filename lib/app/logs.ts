@@ -266,34 +266,31 @@ export interface Report {
  * values are masked in both, as in the log. When the secrets cannot be opened
  * (a key dropped from the keyring) the outcome is still recorded, with the
  * error and the output values withheld rather than stored as sent: refusing
- * the outcome would strand the task until its lease expired. `onRefused`
- * runs before a refusal is thrown (the route authenticates there: a bad token
- * is a 401 even when the outputs are refused too).
+ * the outcome would strand the task until its lease expired. Nothing is
+ * read unless `workerId` holds the attempt under `leaseId` (the caller has
+ * authenticated the worker): anyone else's report is answered 404, 409 or as
+ * a repeat by the completion, which stores nothing of it, so it is neither
+ * checked nor masked, and no secret is opened for it.
  */
 export async function maskReport(
   db: Queryable,
   keyring: Keyring,
-  taskId: string,
+  at: { taskId: string; leaseId: string; workerId: string },
   report: Report,
-  onRefused: () => Promise<unknown> = async () => {},
 ): Promise<Report> {
   const hasOutputs = Object.keys(report.outputs).length > 0;
   if (!hasOutputs && !report.error) return report;
   const { rows } = await db.query<MaskSource & TaskOutputs>(
     `select t.name, t.outputs, ${MASK_SOURCE}
        from tasks t join jobs j on j.id = t.job_id join projects p on p.id = j.project_id
-      where t.id = $1`,
-    [taskId],
+      where t.id = $1
+        and exists (select 1 from task_attempts a
+                     where a.lease_id = $2 and a.task_id = t.id and a.worker_id = $3)`,
+    [at.taskId, at.leaseId, at.workerId],
   );
   const task = rows[0];
-  // A task that does not exist: the completion answers 404 for it.
   if (!task) return report;
-  try {
-    checkOutputs(report.outputs, task);
-  } catch (err) {
-    await onRefused();
-    throw err;
-  }
+  checkOutputs(report.outputs, task);
   let masker: Masker;
   try {
     masker = openMasker(keyring, task);

@@ -1,11 +1,12 @@
 import { z } from 'zod';
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
-import { NotFoundError } from '../errors.ts';
+import { NotFoundError, ValidationError } from '../errors.ts';
 import { hashToken, newToken, workerTokenHash, workerTokenRequired } from '../http/auth.ts';
 import type { HttpEvent } from '../http/index.ts';
 import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
+const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 export const WorkerCreateSchema = z.strictObject({
   name: z.string().trim().min(1).max(200),
@@ -16,6 +17,20 @@ export const WorkerCreateSchema = z.strictObject({
   // Untrusted workers claim only untrusted tasks (pull requests from forks and
   // the like); every other worker claims only trusted ones.
   untrusted: z.boolean().default(false),
+  // The projects whose tasks it may claim, or "*" for all of them. A worker
+  // shared by projects of different value hands a stolen token every one of
+  // them; a scoped one hands only its own.
+  projects: z
+    .union([
+      z.literal('*'),
+      z
+        .array(z.string().regex(PROJECT_ID, 'a project id'))
+        .min(1, 'at least one project, or "*" for every project')
+        .max(100),
+    ])
+    .default('*'),
+  // A token good for one claim: it stops working when that attempt ends.
+  ephemeral: z.boolean().default(false),
 });
 export type WorkerCreate = z.infer<typeof WorkerCreateSchema>;
 
@@ -25,12 +40,18 @@ export interface WorkerView {
   labels: string[];
   /** Claims only untrusted tasks when true, only trusted ones when false. */
   untrusted: boolean;
+  /** The project ids whose tasks it claims, or "*" for every project. */
+  projects: string[] | '*';
+  /** Its token is good for one claim, and stops working when that attempt ends. */
+  ephemeral: boolean;
   created_at: Date;
   last_seen_at: Date | null;
   revoked: boolean;
 }
 
-const COLUMNS = 'id, name, labels, untrusted, created_at, last_seen_at, revoked';
+const COLUMNS = `id, name, labels, untrusted,
+  case when projects is null then to_jsonb('*'::text) else to_jsonb(projects) end as projects,
+  ephemeral, created_at, last_seen_at, revoked`;
 
 /** Registers a worker; its token is answered once and only its hash is kept. */
 export async function createWorker(
@@ -39,11 +60,31 @@ export async function createWorker(
 ): Promise<{ worker: WorkerView; token: string }> {
   const token = newToken('cw');
   const labels = [...new Set(input.labels)].sort();
+  const projects = input.projects === '*' ? null : [...new Set(input.projects)].sort();
   const worker = await transaction(pool, async (tx) => {
+    if (projects) {
+      const { rows } = await tx.query<{ id: string }>(
+        'select id from projects where id = any($1::text[])',
+        [projects],
+      );
+      const known = new Set(rows.map((r) => r.id));
+      const unknown = (input.projects as string[])
+        .map((id, i) => ({ id, i }))
+        .filter(({ id }) => !known.has(id));
+      if (unknown.length > 0) {
+        throw new ValidationError(
+          unknown.map(({ id, i }) => ({
+            path: `projects.${i}`,
+            message: `project "${id}" does not exist`,
+          })),
+        );
+      }
+    }
     const { rows } = await tx.query<WorkerView>(
-      `insert into workers (name, token_hash, labels, untrusted) values ($1, $2, $3, $4)
+      `insert into workers (name, token_hash, labels, untrusted, projects, ephemeral)
+       values ($1, $2, $3, $4, $5, $6)
        returning ${COLUMNS}`,
-      [input.name, hashToken(token), labels, input.untrusted],
+      [input.name, hashToken(token), labels, input.untrusted, projects, input.ephemeral],
     );
     return rows[0]!;
   });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import {
   type Pool,
   prepared,
@@ -10,6 +11,17 @@ import { DEFAULT_LEASE_S, type TaskRow } from './types.ts';
 
 export interface ClaimOptions {
   leaseS?: number;
+  /**
+   * The new attempt's lease id, chosen before the statement is sent so that
+   * a claim whose reply is lost can be given back (releaseClaim). Default: a
+   * random one.
+   */
+  leaseId?: string;
+  /**
+   * The runner's Idempotency-Key: the same worker claiming again with the
+   * same key while the lease it got lives is answered that same attempt.
+   */
+  key?: string | null;
   /** Immediate retries on 40001 or a deadlock before answering "nothing claimable". Default 10. */
   retries?: number;
   /** Called with the retries each claim took (metrics, the benchmark). */
@@ -30,7 +42,8 @@ export interface ClaimedTask extends TaskRow {
 }
 
 // One statement, committed on its own at REPEATABLE READ (the pool's session
-// default, lib/db/pool.ts): conductor_claim (migrations/004) takes over an
+// default, lib/db/pool.ts): conductor_claim (migrations/007) answers a keyed
+// claim's live attempt again, or, within the worker's project scope, takes over an
 // expired lease of the worker's pool (docs/scheduling.md, "Lost runners") or
 // locks the oldest job's queued task the labels allow (FOR UPDATE SKIP
 // LOCKED: a task another claimer holds is passed over; one another claimer
@@ -46,7 +59,7 @@ export interface ClaimedTask extends TaskRow {
 export const CLAIMED_COLUMNS = `(c.task).*, c.project_id, c.sha, c.ref, c.trusted, c.repo_url,
   c.forge_token_enc, c.needs_outputs`;
 
-const CLAIM = `select ${CLAIMED_COLUMNS} from conductor_claim($1, $2::text[], $3) c`;
+const CLAIM = `select ${CLAIMED_COLUMNS} from conductor_claim($1, $2::text[], $3, $4, $5) c`;
 
 /**
  * Claims at most one queued task of a running job whose labels are all among
@@ -64,7 +77,13 @@ export async function claimTask(
   try {
     const { result, retries } = await statementWithStats<ClaimedTask>(
       pool,
-      prepared('conductor_claim', CLAIM, [workerId, labels, leaseS]),
+      prepared('conductor_claim', CLAIM, [
+        workerId,
+        labels,
+        leaseS,
+        opts.leaseId ?? randomUUID(),
+        opts.key ?? null,
+      ]),
       // 40001 when another claimer took our candidate after our snapshot, or
       // a deadlock: retried at once; a claim that still loses answers null.
       { maxRetries: opts.retries ?? 10 },
@@ -80,30 +99,61 @@ export async function claimTask(
   }
 }
 
+/** What releaseClaim did. */
+export interface Released {
+  jobId: string;
+  taskId: string;
+  /** The task ended (failed naming the cause, or cancelled): its job needs the follow-up. */
+  ended: boolean;
+  failed: boolean;
+}
+
 /**
- * Gives back a claim whose answer could not be assembled (a secret that
- * cannot be opened, a read that failed), so that a claim that committed but
- * never reached its runner leaves neither a burnt attempt nor a lease nobody
- * holds. One transaction keyed on the lease: without `failure` the task goes
- * back to the queue as if the claim had not happened (the attempt is
- * forgotten, not counted); with it the task fails with that message (a cause
- * that will not pass, such as a missing key) and its dependents are skipped.
- * Answers the job to settle when the task failed, else null. Does nothing if
- * the lease moved on meanwhile.
+ * Gives back a claim that never reached its runner: its answer could not be
+ * assembled (a secret that cannot be opened, a read that failed), or the
+ * statement's reply was lost (the connection dropped or went silent after it
+ * was sent), or the request ran out of time. A claim that committed but
+ * never reached its runner must leave neither a burnt attempt nor a lease
+ * nobody holds. One transaction keyed on the lease, which the caller chose
+ * before sending the claim: without `failure` the task goes back to the
+ * queue as if the claim had not happened (the attempt is forgotten, not
+ * counted); with it the task fails with that message (a cause that will not
+ * pass, such as a missing key) and its dependents are skipped; either way,
+ * when the job's cancel was requested meanwhile, the task ends cancelled
+ * instead of going back to a queue nobody will take it from. An ephemeral
+ * worker whose one claim this was may claim again. Does nothing, and answers
+ * null, when no running task holds that lease (the claim never committed, or
+ * its lease moved on).
  */
 export async function releaseClaim(
   pool: Pool,
-  taskId: string,
   leaseId: string,
   failure: string | null,
-): Promise<{ failed: boolean; jobId: string } | null> {
+): Promise<Released | null> {
   return transaction(pool, async (tx) => {
+    // task_attempts.lease_id is unique: one index lookup, then the task by key.
     const { rows } = await tx.query<TaskRow>(
-      `select * from tasks where id = $1 and state = 'running' and lease_id = $2 for update`,
-      [taskId, leaseId],
+      `select t.* from task_attempts a join tasks t on t.id = a.task_id
+        where a.lease_id = $1 and t.state = 'running' and t.lease_id = $1
+          for update of t`,
+      [leaseId],
     );
     const task = rows[0];
     if (!task) return null;
+    await tx.query(
+      `update workers set claimed_lease = null
+        where id = $1 and ephemeral and claimed_lease = $2`,
+      [task.worker_id, leaseId],
+    );
+    if (task.cancel_requested) {
+      await endAttemptTx(tx, task, {
+        state: 'cancelled',
+        outcome: 'cancelled',
+        transient: false,
+        error: 'cancelled before the runner received the task',
+      });
+      return { jobId: task.job_id, taskId: task.id, ended: true, failed: false };
+    }
     if (failure === null) {
       await tx.query('delete from task_attempts where task_id = $1 and attempt = $2', [
         task.id,
@@ -116,7 +166,7 @@ export async function releaseClaim(
           where id = $1`,
         [task.id],
       );
-      return { failed: false, jobId: task.job_id };
+      return { jobId: task.job_id, taskId: task.id, ended: false, failed: false };
     }
     await endAttemptTx(tx, task, {
       state: 'failed',
@@ -124,6 +174,6 @@ export async function releaseClaim(
       transient: false,
       error: failure,
     });
-    return { failed: true, jobId: task.job_id };
+    return { jobId: task.job_id, taskId: task.id, ended: true, failed: true };
   });
 }

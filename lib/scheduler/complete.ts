@@ -165,13 +165,13 @@ async function afterOutcome(
   if (!outcome.final) return { state: outcome.state, job_state: null, job_id: outcome.jobId };
   // A repeat runs the follow-up again too: if the first one was lost (the
   // runner's connection dropped after the outcome committed), this finishes
-  // it. It still answers job_state null: only the first completion reports.
+  // it. Whichever follow-up settles the job reports it, a repeat's included:
+  // the settle is conditional, so exactly one does, and the caller posts the
+  // commit status on that report. Were a repeat's settle kept quiet, a
+  // repeat that settled before the first completion's follow-up would leave
+  // neither answer reporting, and the status to the sweep.
   const follow = await followUpAfterCommit(pool, outcome.jobId, taskId);
-  return {
-    state: outcome.state,
-    job_state: outcome.repeated ? null : (follow?.jobState ?? null),
-    job_id: outcome.jobId,
-  };
+  return { state: outcome.state, job_state: follow?.jobState ?? null, job_id: outcome.jobId };
 }
 
 // The common outcome in one statement: a success under the current lease of a

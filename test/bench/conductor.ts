@@ -713,6 +713,14 @@ export async function takeoverCost(
       const off = createPool({ url: server.url(dbs[1]!), max: 1 });
       try {
         await off.query(before);
+        // The code calls the claim with the caller's lease id and key
+        // (migrations/007); 003's claim makes its own lease and ignores keys.
+        await off.query(`
+          drop function conductor_claim(uuid, text[], integer, uuid, text);
+          create function conductor_claim(p_worker uuid, p_labels text[], p_lease_s integer,
+                                          p_lease_id uuid, p_key text)
+          returns setof conductor_claimed language sql volatile
+          as $$ select * from conductor_claim(p_worker, p_labels, p_lease_s) $$`);
       } finally {
         await off.end();
       }

@@ -129,7 +129,7 @@ test('a claim whose secret cannot be opened fails the task naming the secret, an
   const { job, tokenHash } = await projectWithSecretTask();
   const otherKeys = parseKeyring(generateKey());
   const answer = await claimForToken(pool, otherKeys, tokenHash, undefined, 60);
-  assert.equal(answer, null, 'the runner hears "nothing claimable"');
+  assert.equal(answer.task, null, 'the runner hears "nothing claimable"');
   const { deploy } = await db.tasksOf(job.id);
   assert.equal(deploy!.state, 'failed');
   assert.equal(deploy!.error, 'secret DEPLOY_KEY cannot be opened with the configured keys');
@@ -167,7 +167,7 @@ test('a claim whose secrets cannot be read goes back to the queue without counti
   );
   assert.equal(rows[0].n, 0);
 
-  const again = await claimForToken(pool, keyring, tokenHash, undefined, 60);
+  const again = (await claimForToken(pool, keyring, tokenHash, undefined, 60)).task;
   assert.ok(again);
   assert.equal(again.id, deploy!.id);
   assert.equal(again.attempt, 1);

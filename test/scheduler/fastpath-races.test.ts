@@ -71,12 +71,14 @@ await installAudit(pool);
 const STALL_KEY = 7_341_001;
 await pool.query(`
   create schema stall;
-  create function stall.conductor_claim(p_worker uuid, p_labels text[], p_lease_s integer)
+  create function stall.conductor_claim(p_worker uuid, p_labels text[], p_lease_s integer,
+                                        p_lease_id uuid, p_key text)
   returns setof public.conductor_claimed
   language plpgsql volatile as $$
   begin
     perform pg_advisory_xact_lock_shared(${STALL_KEY});
-    return query select * from public.conductor_claim(p_worker, p_labels, p_lease_s);
+    return query select * from public.conductor_claim(p_worker, p_labels, p_lease_s,
+                                                      p_lease_id, p_key);
   end $$;
 `);
 

@@ -62,7 +62,7 @@ test('an empty claim writes nothing, also when the other pool has queued tasks; 
     for (const worker of [untrusted, '00000000-0000-4000-8000-000000000000']) {
       await client.query('begin');
       const { rows } = await client.query(
-        `select (c.task).id from conductor_claim($1, $2::text[], 60) c`,
+        `select (c.task).id from conductor_claim($1, $2::text[], 60, gen_random_uuid(), null) c`,
         [worker, ['empty']],
       );
       assert.deepEqual(rows, []);
@@ -95,7 +95,10 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
     .map((m) => m[1]!)
     .find((q) => q.includes("t.state = 'queued'"));
   assert.ok(candidate, 'the claim picks a queued task with one select');
-  const query = `select t.id ${candidate}`.replace(/v_trusted/g, '$1').replace(/p_labels/g, '$2');
+  const query = `select t.id ${candidate}`
+    .replace(/v_trusted/g, '$1')
+    .replace(/p_labels/g, '$2')
+    .replace(/v_worker\.projects/g, '$3');
   const client = await pool.connect();
   try {
     // The function's own settings (migrations/003), and the plan it keeps.
@@ -103,8 +106,10 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
     await client.query('set local enable_sort = off');
     await client.query('set local enable_bitmapscan = off');
     await client.query("set local plan_cache_mode = 'force_generic_plan'");
-    await client.query(`prepare candidate (boolean, text[]) as ${query}`);
-    const plan = await client.query("explain (format json) execute candidate (false, '{bulk}')");
+    await client.query(`prepare candidate (boolean, text[], text[]) as ${query}`);
+    const plan = await client.query(
+      "explain (format json) execute candidate (false, '{bulk}', null)",
+    );
     const text = JSON.stringify(plan.rows[0]['QUERY PLAN']);
     await client.query('rollback');
     assert.match(text, /"Index Name":"tasks_claimable"/);

@@ -1,0 +1,140 @@
+// A TCP proxy between the code under test and PostgreSQL, so that a test can
+// make the network misbehave at an exact point of the wire protocol: lose a
+// reply after the server committed (the server saw the statement and answered;
+// the client never hears it), or go silent (a half-open connection: nothing
+// comes back and nothing says the connection is gone).
+import net from 'node:net';
+
+/** What happens to a connection once the client sent a message containing the marker. */
+export type WireFault =
+  /** The statement reaches the server; once the server answered ReadyForQuery (committed), both sides are cut and the reply is dropped. */
+  | 'lose-reply'
+  /** The statement reaches the server; from then on nothing passes either way and the sockets stay open. */
+  | 'freeze';
+
+export interface TcpProxy {
+  port: number;
+  /** `url` with its host and port replaced by the proxy's. */
+  url(url: string): string;
+  /**
+   * Arms one fault: the next client message (on any connection) containing
+   * `marker` triggers it. Resolves once the fault has happened (for
+   * 'lose-reply', after the server's reply was dropped).
+   */
+  once(marker: string, fault: WireFault): Promise<void>;
+  /** Every connection, old and new, stops passing bytes (kept in the sockets' buffers). */
+  freezeAll(): void;
+  /** Bytes pass again, buffered ones first. */
+  thawAll(): void;
+  /** Connections open through the proxy right now. */
+  open(): number;
+  close(): Promise<void>;
+}
+
+interface Pair {
+  client: net.Socket;
+  server: net.Socket;
+  frozen: boolean;
+}
+
+// ReadyForQuery: 'Z', length 5, then the transaction status. Seen after a
+// statement's reply, the implicit transaction has committed or rolled back.
+const READY_FOR_QUERY = Buffer.from([0x5a, 0, 0, 0, 5]);
+
+/** Starts a proxy on loopback to the server of `targetUrl`. */
+export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
+  const target = new URL(targetUrl);
+  const host = target.hostname || '127.0.0.1';
+  const port = Number(target.port || 5432);
+  const pairs = new Set<Pair>();
+  let allFrozen = false;
+  const armed: Array<{ marker: Buffer; fault: WireFault; done: () => void }> = [];
+
+  const pause = (p: Pair) => {
+    p.client.pause();
+    p.server.pause();
+  };
+  const resume = (p: Pair) => {
+    if (p.frozen || allFrozen) return;
+    p.client.resume();
+    p.server.resume();
+  };
+
+  const proxy = net.createServer((client) => {
+    const server = net.connect(port, host);
+    const pair: Pair = { client, server, frozen: false };
+    pairs.add(pair);
+    let losing: (() => void) | null = null;
+    const end = () => {
+      pairs.delete(pair);
+      client.destroy();
+      server.destroy();
+    };
+    client.on('error', end);
+    server.on('error', end);
+    client.on('close', end);
+    server.on('close', end);
+    client.on('data', (chunk: Buffer) => {
+      const i = armed.findIndex((a) => chunk.includes(a.marker));
+      if (i < 0) {
+        server.write(chunk);
+        return;
+      }
+      const [fault] = armed.splice(i, 1);
+      server.write(chunk);
+      if (fault!.fault === 'freeze') {
+        pair.frozen = true;
+        pause(pair);
+        fault!.done();
+      } else {
+        losing = fault!.done;
+      }
+    });
+    server.on('data', (chunk: Buffer) => {
+      if (losing) {
+        // Swallow the reply; cut once the server is done with the statement.
+        if (chunk.includes(READY_FOR_QUERY)) {
+          const done = losing;
+          losing = null;
+          end();
+          done();
+        }
+        return;
+      }
+      client.write(chunk);
+    });
+    if (allFrozen) pause(pair);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  const address = proxy.address() as net.AddressInfo;
+
+  return {
+    port: address.port,
+    url(url: string) {
+      const u = new URL(url);
+      u.hostname = '127.0.0.1';
+      u.port = String(address.port);
+      return u.toString();
+    },
+    once(marker, fault) {
+      return new Promise<void>((done) => armed.push({ marker: Buffer.from(marker), fault, done }));
+    },
+    freezeAll() {
+      allFrozen = true;
+      for (const p of pairs) pause(p);
+    },
+    thawAll() {
+      allFrozen = false;
+      for (const p of pairs) resume(p);
+    },
+    open: () => pairs.size,
+    async close() {
+      for (const p of pairs) {
+        p.client.destroy();
+        p.server.destroy();
+      }
+      pairs.clear();
+      await new Promise<void>((resolve) => proxy.close(() => resolve()));
+    },
+  };
+}
