@@ -19,9 +19,12 @@ export interface TcpProxy {
   /**
    * Arms one fault: the next client message (on any connection) containing
    * `marker` triggers it. Resolves once the fault has happened (for
-   * 'lose-reply', after the server's reply was dropped).
+   * 'lose-reply', after the server's reply was dropped). `beforeCut` runs
+   * after the server answered and before the client's side is cut, so a
+   * test can act while the server has committed and the client does not
+   * know it yet.
    */
-  once(marker: string, fault: WireFault): Promise<void>;
+  once(marker: string, fault: WireFault, beforeCut?: () => Promise<void>): Promise<void>;
   /** Every connection, old and new, stops passing bytes (kept in the sockets' buffers). */
   freezeAll(): void;
   /** Bytes pass again, buffered ones first. */
@@ -48,7 +51,13 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   const port = Number(target.port || 5432);
   const pairs = new Set<Pair>();
   let allFrozen = false;
-  const armed: Array<{ marker: Buffer; fault: WireFault; done: () => void }> = [];
+  interface Armed {
+    marker: Buffer;
+    fault: WireFault;
+    beforeCut?: () => Promise<void>;
+    done: () => void;
+  }
+  const armed: Armed[] = [];
 
   const pause = (p: Pair) => {
     p.client.pause();
@@ -64,7 +73,7 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
     const server = net.connect(port, host);
     const pair: Pair = { client, server, frozen: false };
     pairs.add(pair);
-    let losing: (() => void) | null = null;
+    let losing: Armed | null = null;
     const end = () => {
       pairs.delete(pair);
       client.destroy();
@@ -87,17 +96,23 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
         pause(pair);
         fault!.done();
       } else {
-        losing = fault!.done;
+        losing = fault!;
       }
     });
     server.on('data', (chunk: Buffer) => {
       if (losing) {
         // Swallow the reply; cut once the server is done with the statement.
         if (chunk.includes(READY_FOR_QUERY)) {
-          const done = losing;
+          const fault = losing;
           losing = null;
-          end();
-          done();
+          void (async () => {
+            try {
+              await fault.beforeCut?.();
+            } finally {
+              end();
+              fault.done();
+            }
+          })();
         }
         return;
       }
@@ -116,8 +131,10 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
       u.port = String(address.port);
       return u.toString();
     },
-    once(marker, fault) {
-      return new Promise<void>((done) => armed.push({ marker: Buffer.from(marker), fault, done }));
+    once(marker, fault, beforeCut) {
+      return new Promise<void>((done) =>
+        armed.push({ marker: Buffer.from(marker), fault, beforeCut, done }),
+      );
     },
     freezeAll() {
       allFrozen = true;
