@@ -23,6 +23,11 @@ export class Backoff {
     return Math.round(this.maxMs * (0.8 + 0.2 * this.random()));
   }
 
+  /** `ms` kept between `minMs` and `maxMs`: a wait asked for from outside, held to this backoff's bounds. */
+  clamp(ms: number): number {
+    return Math.min(this.maxMs, Math.max(this.minMs, ms));
+  }
+
   /** Starts again from `minMs`. */
   reset(): void {
     this.step = 0;

@@ -13,10 +13,17 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
                        readable by the runner's user alone (or the token in
                        $CONDUCTOR_RUNNER_TOKEN)
   --run-as USER        run the shell executor's scripts as USER (the runner
-                       must be root): the only way the shell executor keeps
-                       the worker token from scripts
-  --untrusted          this runner runs untrusted code: refuse the shell
-                       executor without --run-as
+                       must be root); a root runner's default is the user
+                       conductor-build, made when missing: another uid is the
+                       only way the shell executor keeps the worker token
+                       from scripts
+  --same-user          run the shell executor's scripts as the runner's own
+                       user (root, when it is root): they can read the token
+  --untrusted          the worker was registered untrusted: run only untrusted
+                       tasks (a trusted one is failed at once), and never with
+                       scripts under the runner's own uid
+  --once               claim until one task comes, run it, report it and exit
+                       (for an ephemeral worker's token)
   --labels a,b         claim only tasks these labels satisfy (a subset of the
                        worker's registered labels; default all of them)
   --concurrency N      tasks run at once (default 1)
@@ -45,7 +52,9 @@ export const RunnerArgsSchema = z.object({
     .regex(/^https?:\/\/\S+$/, '--url must be an http:// or https:// URL'),
   'token-file': z.string().min(1, '--token-file must name a file').optional(),
   'run-as': z.string().min(1, '--run-as must name a user').optional(),
+  'same-user': z.boolean().default(false),
   untrusted: z.boolean().default(false),
+  once: z.boolean().default(false),
   labels: z
     .string()
     .optional()
@@ -91,7 +100,9 @@ export async function parseRunnerArgs(
       token: { type: 'string' },
       'token-file': { type: 'string' },
       'run-as': { type: 'string' },
+      'same-user': { type: 'boolean' },
       untrusted: { type: 'boolean' },
+      once: { type: 'boolean' },
       labels: { type: 'string' },
       concurrency: { type: 'string' },
       workdir: { type: 'string' },
@@ -130,7 +141,9 @@ export async function parseRunnerArgs(
     token: a['token-file'] ? await readTokenFile(a['token-file']) : fromEnv!,
     ...(a['token-file'] ? { tokenFile: a['token-file'] } : {}),
     ...(a['run-as'] ? { runAs: a['run-as'] } : {}),
+    ...(a['same-user'] ? { sameUser: true } : {}),
     ...(a.untrusted ? { untrusted: true } : {}),
+    ...(a.once ? { once: true } : {}),
     ...(a.labels ? { labels: a.labels } : {}),
     concurrency: a.concurrency,
     ...(a.workdir ? { workdir: a.workdir } : {}),
@@ -157,9 +170,10 @@ export interface CliIo {
 }
 
 /**
- * Runs the runner until it is stopped; answers the exit code: 0 after a
- * graceful stop, 1 when it could not start or stopped on an error, 2 for a
- * bad command line.
+ * Runs the runner until it is stopped (with --once, until its one task is
+ * reported); answers the exit code: 0 after a graceful stop or a reported
+ * task whatever its outcome, 1 when it could not start or stopped on an
+ * error, 2 for a bad command line.
  */
 export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
   let options: RunnerOptions;

@@ -1,6 +1,7 @@
 // The runner's side of the HTTP contract: one method per runner route, each
 // call bounded by a timeout. Calls that may be repeated safely can retry
 // connection failures and 5xx answers with backoff for a while.
+import { randomBytes } from 'node:crypto';
 import { Backoff, pause } from './backoff.ts';
 import {
   ClaimAnswerSchema,
@@ -16,12 +17,15 @@ import {
 export class HttpStatusError extends Error {
   readonly status: number;
   readonly body: unknown;
-  constructor(method: string, path: string, status: number, body: unknown) {
+  /** The wait the control plane asked for (`Retry-After`, in seconds), in ms. */
+  readonly retryAfterMs: number | undefined;
+  constructor(method: string, path: string, status: number, body: unknown, retryAfterMs?: number) {
     const detail = (body as { error?: { message?: unknown } } | null)?.error?.message;
     super(`${method} ${path}: HTTP ${status}${typeof detail === 'string' ? `: ${detail}` : ''}`);
     this.name = 'HttpStatusError';
     this.status = status;
     this.body = body;
+    this.retryAfterMs = retryAfterMs;
   }
   /** A server-side failure or overload: the same call may succeed later. */
   get retryable(): boolean {
@@ -40,6 +44,27 @@ export class ConnectionError extends Error {
 /** True for failures worth trying again: no answer, or a 5xx/429. */
 export function isRetryable(err: unknown): boolean {
   return err instanceof ConnectionError || (err instanceof HttpStatusError && err.retryable);
+}
+
+/**
+ * The wait before retrying after `err`: what `Retry-After` asked for, kept
+ * within the backoff's bounds, or else the backoff's next delay.
+ */
+export function retryDelay(err: unknown, backoff: Backoff): number {
+  const asked = err instanceof HttpStatusError ? err.retryAfterMs : undefined;
+  const next = backoff.next();
+  return asked === undefined ? next : backoff.clamp(asked);
+}
+
+/** `Retry-After` in seconds, as ms; an HTTP date or anything else is ignored. */
+export function parseRetryAfter(value: string | null): number | undefined {
+  if (value === null || !/^\s*\d+\s*$/.test(value)) return undefined;
+  return Number(value) * 1000;
+}
+
+/** A fresh `Idempotency-Key` for a new claim (the contract allows up to 200 characters). */
+export function newClaimKey(): string {
+  return randomBytes(24).toString('base64url');
 }
 
 /** The claimed task could not be read; it is held under `lease_id` all the same. */
@@ -64,6 +89,8 @@ export interface ClientOptions {
 }
 
 export interface CallOptions {
+  /** Sent as the `Idempotency-Key` header. */
+  idempotencyKey?: string;
   /** Keep retrying connection failures and 5xx answers for this long (0: one try). */
   retryForMs?: number;
   /** Overrides the client's timeout for this call. */
@@ -99,7 +126,11 @@ export class RunnerClient {
     this.doFetch = opts.fetch ?? fetch;
   }
 
-  /** Claims one task; null when nothing is claimable (204). */
+  /**
+   * Claims one task; null when nothing is claimable (204). A claim whose
+   * answer did not arrive is repeated with the same `idempotencyKey`, so that
+   * a claim the control plane granted is answered again, not granted twice.
+   */
   async claim(
     labels: string[] | undefined,
     opts: CallOptions = {},
@@ -176,7 +207,7 @@ export class RunnerClient {
       try {
         return await this.once(path, body, opts);
       } catch (err) {
-        const wait = backoff.next();
+        const wait = retryDelay(err, backoff);
         if (!isRetryable(err) || opts.signal?.aborted || Date.now() + wait > until) throw err;
         await pause(wait, opts.signal);
         if (opts.signal?.aborted) throw err;
@@ -195,6 +226,7 @@ export class RunnerClient {
         headers: {
           authorization: `Bearer ${this.token}`,
           'content-type': 'application/json',
+          ...(opts.idempotencyKey ? { 'idempotency-key': opts.idempotencyKey } : {}),
         },
         body: JSON.stringify(body),
         signal,
@@ -217,7 +249,13 @@ export class RunnerClient {
       }
     }
     if (res.status < 200 || res.status > 299) {
-      throw new HttpStatusError('POST', path, res.status, parsed);
+      throw new HttpStatusError(
+        'POST',
+        path,
+        res.status,
+        parsed,
+        parseRetryAfter(res.headers.get('retry-after')),
+      );
     }
     const date = res.headers.get('date');
     const serverTime = date ? Date.parse(date) : Number.NaN;

@@ -2,16 +2,22 @@
 //   const runner = await startRunner({ url, token });
 //   ...
 //   await runner.stop(); // as on SIGTERM: finish within the grace period, give back the rest
-import { mkdir } from 'node:fs/promises';
+import { chmod, mkdir } from 'node:fs/promises';
 import { tmpdir, userInfo } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { log as defaultLog } from '../lib/log.ts';
 import { Backoff, pause } from './backoff.ts';
-import { isRetryable, MalformedTaskError, RunnerClient } from './client.ts';
+import {
+  isRetryable,
+  MalformedTaskError,
+  newClaimKey,
+  RunnerClient,
+  retryDelay,
+} from './client.ts';
 import { scriptEnvironment, toolEnvironment } from './env.ts';
 import type { Logger, RunnerEvent } from './events.ts';
 import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from './executor.ts';
-import { type RunAs, resolveRunAs } from './runas.ts';
+import { BUILD_USER, ensureUser, type RunAs, resolveRunAs } from './runas.ts';
 import { TaskRun } from './task.ts';
 
 export { HttpStatusError, RunnerClient } from './client.ts';
@@ -28,12 +34,29 @@ export interface RunnerOptions {
   tokenFile?: string;
   /**
    * The shell executor's scripts run as this user (a name or a uid): the
-   * runner must be root. The only way the shell executor keeps the worker
-   * token from scripts (docs/runner.md).
+   * runner must be root. Without it (and without `sameUser`), a root runner's
+   * scripts run as `buildUser`. Another uid is the only way the shell
+   * executor keeps the worker token from scripts (docs/runner.md).
    */
   runAs?: string;
-  /** This runner runs untrusted code: it refuses the shell executor without `runAs`. */
+  /**
+   * The shell executor's scripts run as the runner's own user, even as root:
+   * they can read the worker token. Only when asked for (`--same-user`).
+   */
+  sameUser?: boolean;
+  /**
+   * The user a root runner's shell scripts run as when neither `runAs` nor
+   * `sameUser` is given; made (useradd) when the machine has none. Default
+   * conductor-build.
+   */
+  buildUser?: string;
+  /**
+   * The worker's token was registered untrusted: the runner refuses trusted
+   * tasks, and refuses to start with scripts under its own uid.
+   */
   untrusted?: boolean;
+  /** Claims until it gets one task, runs it, and stops (`--once`). */
+  once?: boolean;
   /** Narrows the worker's registered labels; unset claims with all of them. */
   labels?: string[];
   /** Tasks run at once. Default 1. */
@@ -90,15 +113,28 @@ export interface Runner {
   running(): number;
 }
 
-/** Why these options cannot run together, or undefined when they can. */
-export function optionConflict(o: Pick<RunnerOptions, 'executor' | 'runAs' | 'untrusted'>) {
+/**
+ * Why these options cannot run together, or undefined when they can. `root`:
+ * whether the runner runs as root (then its shell scripts run as another
+ * user unless `sameUser` is given).
+ */
+export function optionConflict(
+  o: Pick<RunnerOptions, 'executor' | 'runAs' | 'sameUser' | 'untrusted' | 'once' | 'concurrency'>,
+  root = process.getuid?.() === 0,
+): string | undefined {
   const shell = (o.executor ?? 'shell') === 'shell';
-  if (o.untrusted && shell && !o.runAs) {
-    return "--untrusted refuses the shell executor without --run-as USER: scripts under the runner's own uid can read its worker token (use --executor docker, or --run-as)";
-  }
+  if (o.runAs && o.sameUser) return '--run-as and --same-user contradict each other: give one';
   if (o.runAs && !shell) {
     return '--run-as is for the shell executor; the docker executor runs scripts in containers';
   }
+  if (o.sameUser && !shell) {
+    return '--same-user is for the shell executor; the docker executor runs scripts in containers';
+  }
+  if (o.untrusted && shell && (o.sameUser || (!o.runAs && !root))) {
+    return `--untrusted refuses the shell executor with scripts under the runner's own uid: they can read its worker token (use --executor docker, --run-as USER, or start the runner as root without --same-user, so that scripts run as ${BUILD_USER})`;
+  }
+  if (o.once && (o.concurrency ?? 1) > 1)
+    return '--once runs one task: --concurrency does not apply';
   return undefined;
 }
 
@@ -113,9 +149,22 @@ function currentUser(env: NodeJS.ProcessEnv): { name: string; home: string } {
   }
 }
 
+/** Makes `dir` and the directories above it that are missing; those it made are 0711, so another user may pass through. */
+async function makeWorkdir(dir: string): Promise<void> {
+  const first = await mkdir(dir, { recursive: true });
+  if (first === undefined) return;
+  // The default, <tmpdir>/conductor-runner, under umask 077 would otherwise
+  // shut out the user scripts run as.
+  for (let d = dir; ; d = dirname(d)) {
+    await chmod(d, 0o711);
+    if (d === first) break;
+  }
+}
+
 /**
  * Starts a runner; rejects at once when it cannot run (no Docker engine for
- * --executor docker, a --run-as user scripts cannot run as).
+ * --executor docker, a --run-as user scripts cannot run as, a build user
+ * that cannot be made).
  */
 export async function startRunner(options: RunnerOptions): Promise<Runner> {
   if (!options.url) throw new Error('the control plane URL is required');
@@ -124,20 +173,30 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
   if (!Number.isInteger(concurrency) || concurrency < 1) {
     throw new Error(`concurrency must be a whole number of at least 1, got ${concurrency}`);
   }
-  const conflict = optionConflict(options);
+  const root = process.getuid?.() === 0;
+  const conflict = optionConflict(options, root);
   if (conflict) throw new Error(conflict);
   const log = options.log ?? defaultLog;
   const env = options.env ?? process.env;
   const hidden = [options.token, options.url.replace(/\/+$/, '')];
   const toolEnv = toolEnvironment(env, hidden);
   const workdir = resolve(options.workdir ?? join(tmpdir(), 'conductor-runner'));
-  await mkdir(workdir, { recursive: true });
+  await makeWorkdir(workdir);
+  const shell = (options.executor ?? 'shell') === 'shell';
+  const tokenFile = options.tokenFile ? { tokenFile: resolve(options.tokenFile) } : {};
   let runAs: RunAs | undefined;
   if (options.runAs) {
-    runAs = await resolveRunAs(options.runAs, {
+    runAs = await resolveRunAs(options.runAs, { workdir, env: toolEnv, ...tokenFile });
+  } else if (shell && root && !options.sameUser) {
+    // Isolation by default: a script under the runner's uid could read the
+    // worker token from the runner's memory and claim other projects' tasks.
+    const name = options.buildUser ?? BUILD_USER;
+    await ensureUser(name, toolEnv, (line) => log('info', line, { user: name }));
+    runAs = await resolveRunAs(name, {
       workdir,
       env: toolEnv,
-      ...(options.tokenFile ? { tokenFile: resolve(options.tokenFile) } : {}),
+      ...tokenFile,
+      label: `the build user ${name} (a root runner's scripts run as it; --run-as USER or --same-user to change that)`,
     });
   }
   const executor: Executor =
@@ -173,11 +232,15 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     workdir,
     run_as: runAs?.name ?? null,
     untrusted: options.untrusted ?? false,
+    once: options.once ?? false,
   });
-  if (executor.kind === 'shell' && !runAs && process.getuid?.() === 0) {
+  if (executor.kind === 'shell' && !runAs) {
+    const me = currentUser(env).name;
     log(
       'warn',
-      'scripts run as root: they can read the worker token and all else on this host; give --run-as USER (docs/runner.md#keeping-the-token-from-scripts)',
+      options.sameUser
+        ? `--same-user: scripts run as the runner's own user (${me}): they can read its worker token${root ? ' and all else on this host' : ''} (docs/runner.md#keeping-the-token-from-scripts)`
+        : `scripts run as the runner's own user (${me}): they can read its worker token; start the runner as root, so that they run as ${BUILD_USER}, or give --run-as USER (docs/runner.md#keeping-the-token-from-scripts)`,
     );
   }
   return runner;
@@ -202,6 +265,8 @@ class PollingRunner implements Runner {
   private slotFreed: (() => void) | undefined;
   private graceDeadline = Number.POSITIVE_INFINITY;
   private graceTimer: NodeJS.Timeout | undefined;
+  /** With `once`: the one task, once claimed. */
+  private only: TaskRun | undefined;
 
   constructor(
     private readonly options: RunnerOptions,
@@ -250,7 +315,10 @@ class PollingRunner implements Runner {
     const { client, log, concurrency } = this.parts;
     const backoff = new Backoff(this.options.pollMinMs ?? 500, this.options.pollMaxMs ?? 10_000);
     let failing = 0;
-    while (!this.stopping) {
+    // Kept from a claim that got no answer to its repeat: the control plane
+    // may have granted the first, and answers the same grant to the same key.
+    let claimKey: string | undefined;
+    while (!this.stopping && !this.only) {
       if (this.active.size >= concurrency) {
         await new Promise<void>((done) => {
           this.slotFreed = done;
@@ -261,7 +329,9 @@ class PollingRunner implements Runner {
       try {
         // No abort signal: a claim the control plane has granted must reach
         // us, or its task waits for its lease to expire.
-        const claimed = await client.claim(this.options.labels);
+        claimKey ??= newClaimKey();
+        const claimed = await client.claim(this.options.labels, { idempotencyKey: claimKey });
+        claimKey = undefined;
         if (failing > 0) log('info', 'the control plane answers again', { failures: failing });
         failing = 0;
         if (!claimed) {
@@ -269,10 +339,18 @@ class PollingRunner implements Runner {
           continue;
         }
         backoff.reset();
-        this.start(new TaskRun(claimed.task, this.taskContext(), claimed.serverTime));
+        const run = new TaskRun(claimed.task, this.taskContext(), claimed.serverTime);
+        if (this.options.once) this.only = run;
+        this.start(run);
       } catch (err) {
         if (err instanceof MalformedTaskError) {
+          // Answered (a 200): the next claim is a new one.
+          claimKey = undefined;
           await this.refuse(err);
+          if (this.options.once) {
+            this.fatal = err;
+            break;
+          }
           continue;
         }
         if (!isRetryable(err)) {
@@ -283,11 +361,16 @@ class PollingRunner implements Runner {
           break;
         }
         if (failing++ === 0) log('warn', 'claim failed; retrying with backoff', { err });
-        await pause(backoff.next(), this.idle.signal);
+        await pause(retryDelay(err, backoff), this.idle.signal);
       }
     }
     while (this.active.size > 0) await Promise.race([...this.active].map((r) => r.done));
     clearTimeout(this.graceTimer);
+    if (this.only && !this.only.reported && !this.fatal) {
+      this.fatal = new Error(
+        `the outcome of task ${this.only.task.id} could not be reported to the control plane`,
+      );
+    }
     log('info', 'runner stopped');
     if (this.fatal) throw this.fatal;
   }
@@ -323,6 +406,7 @@ class PollingRunner implements Runner {
       workdir: this.parts.workdir,
       toolEnv: this.parts.toolEnv,
       masks: [o.token],
+      untrusted: o.untrusted ?? false,
       killGraceMs: o.killGraceMs ?? 5_000,
       logFlushMs: o.logFlushMs ?? 1_000,
       logChunkBytes: o.logChunkBytes ?? 64 * 1024,

@@ -26,6 +26,8 @@ export const TaskSchema = z.object({
     ref: z.string(),
     token: z.string().optional(),
   }),
+  // Absent from a control plane that predates it: then the runner checks nothing.
+  trusted: z.boolean().optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
 

@@ -1,7 +1,7 @@
 // One claimed attempt of a task, from its workspace to its reported outcome:
 // fetch the commit, run the script, stream the log, heartbeat the lease, stop
 // on cancel, timeout, shutdown or a lost lease, then complete.
-import { mkdir, mkdtemp, readFile } from 'node:fs/promises';
+import { mkdir, mkdtemp } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatDuration } from '../lib/duration.ts';
 import { Masker } from '../lib/masking.ts';
@@ -11,9 +11,10 @@ import type { Logger, RunnerEvent, TaskRef } from './events.ts';
 import type { Execution, Executor } from './executor.ts';
 import { basicCredential, CheckoutError, checkout, redactUrl } from './git.ts';
 import { LogStream } from './logstream.ts';
-import { OutputsError, parseOutputs } from './outputs.ts';
+import { MAX_OUTPUTS_BYTES, OutputsError, parseOutputs } from './outputs.ts';
 import type { Exit } from './process.ts';
 import type { Completion, Outcome, Task } from './protocol.ts';
+import { readTaskFile, TaskFileError } from './taskfile.ts';
 
 /** What a task run needs from the runner that claimed it. */
 export interface TaskRunContext {
@@ -24,6 +25,8 @@ export interface TaskRunContext {
   toolEnv: Record<string, string>;
   /** Values never to appear in a log or an error (the worker token), beside the task's secrets. */
   masks: string[];
+  /** The runner was started with --untrusted: it runs only untrusted tasks. */
+  untrusted: boolean;
   /** Between SIGTERM and SIGKILL when a script is stopped. */
   killGraceMs: number;
   logFlushMs: number;
@@ -55,10 +58,31 @@ const NOTES: Record<Exclude<StopReason, 'lease-lost' | 'timeout'>, string> = {
 /** How long the final log upload may take before the completion is sent anyway. */
 const FINAL_FLUSH_MS = 30_000;
 
+// The file the script records its last line in holds a number.
+const MAX_LINE_FILE_BYTES = 1024;
+const LINE_FILE = "the script's line file (beside $CONDUCTOR_OUTPUT)";
+
+/**
+ * Why a runner started with or without --untrusted must not run a task the
+ * control plane says is (un)trusted, or undefined when it may. A control
+ * plane that does not say (`trusted` absent) is taken at its word.
+ */
+export function trustRefusal(trusted: boolean | undefined, untrusted: boolean): string | undefined {
+  if (trusted === true && untrusted) {
+    return 'this runner was started with --untrusted and was handed a trusted task: a runner for untrusted code never runs trusted work (its secrets and repository token would meet what untrusted scripts left on this host); register its worker untrusted, or start it without --untrusted';
+  }
+  if (trusted === false && !untrusted) {
+    return 'this runner was started without --untrusted and was handed an untrusted task: untrusted code runs only on runners started with --untrusted; start it with --untrusted if its worker is registered untrusted';
+  }
+  return undefined;
+}
+
 /** One attempt of a task on this runner. */
 export class TaskRun {
   /** Settles when `run()` has finished; set by whoever starts it. */
   done: Promise<void> = Promise.resolve();
+  /** Whether the control plane took the attempt's outcome; set when `run()` has finished. */
+  reported = false;
   private stopReason: StopReason | undefined;
   private scriptEnded = false;
   private finished = false;
@@ -131,16 +155,23 @@ export class TaskRun {
     let taskDir: string | undefined;
     let result: Result;
     try {
-      let why = '';
-      taskDir = await mkdtemp(join(ctx.workdir, `${task.id.slice(0, 8)}-${task.attempt}-`)).catch(
-        (err: Error) => {
-          why = err.message;
-          return undefined;
-        },
-      );
-      result = taskDir
-        ? await this.execute(taskDir)
-        : this.infrastructure(`could not make a workspace: ${why}`);
+      const refusal = trustRefusal(task.trusted, ctx.untrusted);
+      if (refusal) {
+        this.note(refusal);
+        // Not transient: no other attempt on a runner like this one would do better.
+        result = { outcome: 'failed', exitCode: null, transient: false, error: refusal };
+      } else {
+        let why = '';
+        taskDir = await mkdtemp(join(ctx.workdir, `${task.id.slice(0, 8)}-${task.attempt}-`)).catch(
+          (err: Error) => {
+            why = err.message;
+            return undefined;
+          },
+        );
+        result = taskDir
+          ? await this.execute(taskDir)
+          : this.infrastructure(`could not make a workspace: ${why}`);
+      }
     } catch (err) {
       result = {
         outcome: 'failed',
@@ -163,6 +194,7 @@ export class TaskRun {
     await this.logs.close(FINAL_FLUSH_MS);
     let answer: { state: string; job_state: string | null } | undefined;
     if (this.stopReason !== 'lease-lost') answer = await this.report(result);
+    this.reported = answer !== undefined;
     this.finished = true;
     clearTimeout(this.heartbeatTimer);
     if (taskDir) {
@@ -239,11 +271,19 @@ export class TaskRun {
 
     if (exit.code === 0) {
       try {
-        const outputs = parseOutputs(await readFile(execution.outputFile, 'utf8'));
+        const text = await readTaskFile(
+          execution.outputFile,
+          '$CONDUCTOR_OUTPUT',
+          MAX_OUTPUTS_BYTES,
+        );
+        const outputs = parseOutputs(text);
         return { outcome: 'success', exitCode: 0, transient: false, error: null, outputs };
       } catch (err) {
+        // Neither error quotes the file: it may hold what a container linked to.
         const message =
-          err instanceof OutputsError ? err.message : `could not read $CONDUCTOR_OUTPUT: ${err}`;
+          err instanceof OutputsError || err instanceof TaskFileError
+            ? err.message
+            : `could not read $CONDUCTOR_OUTPUT: ${(err as NodeJS.ErrnoException).code ?? 'failed'}`;
         this.note(message);
         return { outcome: 'failed', exitCode: 0, transient: false, error: message };
       }
@@ -268,7 +308,17 @@ export class TaskRun {
       exit.code === null
         ? `was killed by ${exit.signal ?? 'a signal'}`
         : `exited with ${exit.code}`;
-    const recorded = Number.parseInt(await readFile(lineFile, 'utf8').catch(() => ''), 10);
+    let recorded: number;
+    try {
+      recorded = Number.parseInt(
+        await readTaskFile(lineFile, LINE_FILE, MAX_LINE_FILE_BYTES, ''),
+        10,
+      );
+    } catch (err) {
+      const why = err instanceof TaskFileError ? err.message : `${LINE_FILE} could not be read`;
+      this.note(why);
+      return `the script ${how}; ${why}`;
+    }
     const line = this.task.script[recorded - 1];
     if (line === undefined) return `the script ${how}`;
     const first = line.split('\n')[0]!;

@@ -4,7 +4,9 @@
 # below STOP_PID (its own shell, the runner, npm and its shell: the test's own
 # process and what started it are left alone), the token file, and every file
 # under DIRS. Whatever looks like a worker token goes to OUT/loot; OUT/report
-# gets one line per attempt: "<what> <pid or path> found|none|denied".
+# gets one line per attempt: "<what> <pid or path> found|none|denied", and
+# after "found" the tokens it found, so that the test can tell the one under
+# test from those of whatever else runs on the machine.
 #   probe.sh OUT STOP_PID TOKEN_FILE [DIR...]
 set -u
 out=$1 stop=$2 token_file=$3
@@ -22,7 +24,7 @@ take() {
   hits=$(grep -a -o "$pattern" "$read" | sort -u)
   if [ -n "$hits" ]; then
     printf '%s\n' "$hits" >>"$loot"
-    note "$what found"
+    note "$what found $(printf '%s' "$hits" | tr '\n' ' ')"
   else
     note "$what none"
   fi
@@ -82,5 +84,6 @@ done
 cat "$report"
 echo "loot:"
 cat "$loot"
-# And out through the task's outputs, as an attacker would send it.
-echo "found=$(grep -a -o "$pattern" "$loot" | head -n 1)" >>"$CONDUCTOR_OUTPUT"
+# And out through the task's outputs, as an attacker would send it: all of
+# it, since what it found first may be another runner's.
+echo "found=$(sort -u "$loot" | tr '\n' ' ')" >>"$CONDUCTOR_OUTPUT"

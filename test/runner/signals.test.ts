@@ -21,6 +21,8 @@ async function runnerArgs(f: Fixture, ...more: string[]): Promise<string[]> {
     '0.3',
     '--kill-grace-s',
     '2',
+    // The scripts write to the test's temp dirs (0700, root's when the test is).
+    '--same-user',
     ...more,
   ];
 }

@@ -178,8 +178,14 @@ export class Fixture {
     return file;
   }
 
-  /** A runner in this process for this fixture's worker, stopped when the test file ends. */
+  /**
+   * A runner in this process for this fixture's worker, stopped when the test
+   * file ends. Its scripts run as the test's own user unless `over` says
+   * otherwise: they write to the test's temp dirs (0700), and the tests of
+   * running them as another user are in token-theft and isolation.
+   */
   async runner(over: Partial<RunnerOptions> = {}): Promise<Runner> {
+    const other = over.runAs || over.buildUser || over.executor === 'docker';
     const runner = await startRunner({
       url: this.stack.url,
       token: this.token,
@@ -187,6 +193,7 @@ export class Fixture {
       pollMinMs: 100,
       pollMaxMs: 300,
       killGraceMs: 2_000,
+      ...(other ? {} : { sameUser: true }),
       ...over,
     });
     after(() => runner.stop({ graceMs: 0 }));
@@ -251,4 +258,60 @@ export function groupAlive(pgid: number): boolean {
   } catch {
     return false;
   }
+}
+
+// A stand-in for the docker CLI where there is no Docker engine (only the
+// client, or nothing). `info` answers; `run` runs the container's script on
+// the host, as root if the test is (as a container's root), with each bind
+// mount's host path in place of its target. What a script does to /conductor
+// it does to the runner's own directory, as a container's root can through the
+// read-write bind mount: replace a file the runner reads with a link to a
+// host file, or with a FIFO.
+const FAKE_DOCKER = `#!/usr/bin/env bash
+set -u
+case "$1" in
+  info) echo 0.0.0-fake; exit 0 ;;
+  stop) exit 0 ;;
+  run) shift ;;
+  *) echo "fake docker: $1 is not faked" >&2; exit 125 ;;
+esac
+ws='' meta=''
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --mount)
+      src=\${2#*source=}; src=\${src%%,*}
+      target=\${2#*target=}; target=\${target%%,*}
+      case "$target" in /workspace) ws=$src ;; /conductor) meta=$src ;; esac
+      shift 2 ;;
+    --name | --workdir | --entrypoint) shift 2 ;;
+    --rm | --init) shift ;;
+    -*) echo "fake docker: $1 is not faked" >&2; exit 125 ;;
+    *) break ;;
+  esac
+done
+if [ -z "$ws" ] || [ -z "$meta" ]; then echo 'fake docker: no /workspace or /conductor mount' >&2; exit 125; fi
+script=$(mktemp)
+translate() { sed -e "s#/conductor#$meta#g" -e "s#/workspace#$ws#g" "$@"; }
+translate "$meta/script.sh" >"$script"
+translate -i "$meta/env.sh"
+cd "$ws" && bash "$script"
+code=$?
+rm -f "$script"
+exit "$code"
+`;
+
+/** A directory holding the fake `docker`, for the front of a runner's PATH. */
+export async function fakeDockerDir(): Promise<string> {
+  const dir = await tempDir('conductor-fake-docker-');
+  await writeFile(join(dir, 'docker'), FAKE_DOCKER, { mode: 0o755 });
+  return dir;
+}
+
+/** Runner options for the docker executor with the fake `docker` first on its PATH. */
+export async function fakeDocker(): Promise<Partial<RunnerOptions>> {
+  const dir = await fakeDockerDir();
+  return {
+    executor: 'docker',
+    env: { ...process.env, PATH: `${dir}:${process.env.PATH ?? '/usr/bin:/bin'}` },
+  };
 }

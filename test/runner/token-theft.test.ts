@@ -2,13 +2,16 @@
 // (issue #13: `tr '\0' '\n' </proc/$PPID/environ` printed it): the environment,
 // command line and memory of every ancestor (the runner, npm and its shell),
 // the token file, the files under the runner's workdir and home. Started as a
-// user starts it, with `npm run runner`, so that those ancestors exist.
+// user starts it, with `npm run runner`, so that those ancestors exist. Other
+// runners may run on the machine at the same time (other test files, other
+// checkouts): what the probe finds counts only when it is this test's token.
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import { BUILD_USER as DEFAULT_USER } from '../../runner/runas.ts';
 import { testStack } from '../helpers/stack.ts';
 import { type ChildRunner, childRunner, Fixture, tempDir, waitFor } from './support.ts';
 
@@ -38,7 +41,12 @@ function buildUser(): { uid: number; gid: number } {
   return { uid: Number(id('-u').stdout), gid: Number(id('-g').stdout) };
 }
 
+/** Whom the scripts run as: --run-as BUILD_USER, a root runner's default user, or --same-user. */
+type Who = 'run-as' | 'default' | 'same-user';
+
 interface Theft {
+  /** The token under test. */
+  token: string;
   report: string[];
   loot: string;
   log: string;
@@ -57,7 +65,7 @@ interface Theft {
  */
 async function steal(
   label: string,
-  opts: { runAs: boolean; token: 'file' | 'env'; before?: (f: Fixture) => void },
+  opts: { who: Who; token: 'file' | 'env'; before?: (f: Fixture) => void },
 ): Promise<Theft & { f: Fixture; tokenFile: string | undefined }> {
   const out = await tempDir('conductor-theft-out-');
   const workdir = await tempDir('conductor-theft-work-');
@@ -66,14 +74,16 @@ async function steal(
   chmodSync(tokenDir, 0o755);
   // As the runner's default workdir is made (0755): its user may look inside.
   chmodSync(workdir, 0o755);
-  if (opts.runAs) {
+  if (opts.who === 'run-as') {
     const { uid, gid } = buildUser();
     chownSync(out, uid, gid);
   }
+  // The default user may not exist before the runner makes it.
+  if (opts.who === 'default') chmodSync(out, 0o777);
   const tokenFile = opts.token === 'file' ? join(tokenDir, 'token') : undefined;
   // Files are searched as the unprivileged user only: as root the search would
   // read all of root's home, and prove only what root can read.
-  const dirs = opts.runAs ? [workdir, tokenDir, HOME] : [];
+  const dirs = opts.who === 'same-user' ? [] : [workdir, tokenDir, HOME];
   const f = await Fixture.create(
     stack,
     label,
@@ -91,7 +101,8 @@ async function steal(
   if (tokenFile) await writeFile(tokenFile, `${f.token}\n`, { mode: 0o600 });
   const args = ['--url', stack.url, '--workdir', workdir, '--poll-max-s', '0.3'];
   if (tokenFile) args.push('--token-file', tokenFile);
-  if (opts.runAs) args.push('--run-as', BUILD_USER, '--untrusted');
+  if (opts.who === 'run-as') args.push('--run-as', BUILD_USER);
+  if (opts.who === 'same-user' && IS_ROOT) args.push('--same-user');
   const env = { ...process.env };
   if (opts.token === 'env') env.CONDUCTOR_RUNNER_TOKEN = f.token;
   const runner = childRunner(args, env, { npm: true });
@@ -109,6 +120,7 @@ async function steal(
   );
   return {
     f,
+    token: f.token,
     tokenFile,
     report: readFileSync(join(out, 'report'), 'utf8').trimEnd().split('\n'),
     loot: readFileSync(join(out, 'loot'), 'utf8'),
@@ -129,9 +141,15 @@ function ancestors(report: string[]): { pid: string; cmdline: string }[] {
   });
 }
 
-/** What the probe said of one attempt: found, none or denied. */
-function said(report: string[], what: string): string | undefined {
-  return report.find((l) => l.startsWith(`${what} `))?.slice(what.length + 1);
+/**
+ * What the probe said of one attempt: found (this test's token), none or
+ * denied. Tokens of other runners on the machine count as none: the probe
+ * reads whatever its user may, and other test files run runners of their own.
+ */
+function said(theft: Theft, what: string): string | undefined {
+  const rest = theft.report.find((l) => l.startsWith(`${what} `))?.slice(what.length + 1);
+  if (!rest?.startsWith('found')) return rest;
+  return rest.split(' ').includes(theft.token) ? 'found' : 'none';
 }
 
 /** The runner's node process and npm's, among the ancestors the probe walked. */
@@ -146,32 +164,35 @@ function runnerAndNpm(theft: Theft) {
     `the probe walked up to npm (${theft.runner.child.pid}):\n${theft.report.join('\n')}`,
   );
   // Up to the test's own process: nothing between it and the script was left out.
-  assert.equal(said(theft.report, 'stopped at'), String(process.pid));
+  assert.equal(said(theft, 'stopped at'), String(process.pid));
   return { runner, npm, walked };
 }
 
 /** Every process between the script's shell and the test is root's: its environment and memory are closed. */
 function assertClosed(theft: Theft, walked: { pid: string }[]): void {
   for (const { pid } of walked.slice(1)) {
-    assert.equal(said(theft.report, `environ ${pid}`), 'denied', `environ of ${pid}`);
-    assert.equal(said(theft.report, `mem ${pid}`), 'denied', `mem of ${pid}`);
+    assert.equal(said(theft, `environ ${pid}`), 'denied', `environ of ${pid}`);
+    assert.equal(said(theft, `mem ${pid}`), 'denied', `mem of ${pid}`);
     // A command line is anyone's to read: none holds the token.
-    assert.equal(said(theft.report, `cmdline ${pid}`), 'none', `cmdline of ${pid}`);
+    assert.equal(said(theft, `cmdline ${pid}`), 'none', `cmdline of ${pid}`);
   }
 }
 
 /** The token is nowhere the script could put it, nor in what the runner printed. */
-function assertKept(theft: Theft, token: string): void {
+function assertKept(theft: Theft): void {
+  const { token } = theft;
   assert.ok(
     !theft.loot.includes(token),
     `the script's loot holds the token:\n${theft.report.join('\n')}`,
   );
   assert.deepEqual(
-    theft.report.filter((l) => l.endsWith(' found')),
+    theft.report.filter((l) => / found /.test(l) && l.split(' ').includes(token)),
     [],
   );
   assert.ok(!theft.log.includes(token), 'the task log does not hold the token');
-  assert.deepEqual(theft.outputs, { found: '' });
+  // What it sent out holds no token of this runner's, not even masked.
+  assert.deepEqual(Object.keys(theft.outputs ?? {}), ['found']);
+  assert.doesNotMatch(theft.outputs!.found!, /\*\*\*/);
   assert.ok(!theft.stderr.includes(token), "the runner's own lines do not hold the token");
 }
 
@@ -196,19 +217,19 @@ if (IS_ROOT) {
     const outside = await tempDir('conductor-theft-outside-');
     mkdirSync(join(outside, 'inner'));
     const theft = await steal('theft-runas', {
-      runAs: true,
+      who: 'run-as',
       token: 'file',
       before: (f) => commitLink(f, 'etc-link', outside),
     });
-    assertKept(theft, theft.f.token);
+    assertKept(theft);
     const { runner, npm, walked } = runnerAndNpm(theft);
     assertClosed(theft, walked);
     assert.ok(runner.cmdline.includes(`--token-file ${theft.tokenFile}`), runner.cmdline);
     assert.ok(npm.cmdline.includes('run'), npm.cmdline);
-    assert.equal(said(theft.report, `token-file ${theft.tokenFile}`), 'denied');
-    assert.equal(said(theft.report, `files ${theft.workdir}`), 'none');
+    assert.equal(said(theft, `token-file ${theft.tokenFile}`), 'denied');
+    assert.equal(said(theft, `files ${theft.workdir}`), 'none');
     // Root's home is usually 0700 (denied); a CI's may be open, and then holds no token either.
-    assert.match(said(theft.report, `files ${HOME}`) ?? '', /^(denied|none)$/);
+    assert.match(said(theft, `files ${HOME}`) ?? '', /^(denied|none)$/);
     // The script ran as the user, with no group of root's, its environment built from scratch.
     assert.match(
       theft.log,
@@ -229,13 +250,33 @@ if (IS_ROOT) {
   });
 
   test('with --run-as and the token in $CONDUCTOR_RUNNER_TOKEN, npm holds it in its environment, and a script cannot read it there', async () => {
-    const theft = await steal('theft-runas-env', { runAs: true, token: 'env' });
-    assertKept(theft, theft.f.token);
+    const theft = await steal('theft-runas-env', { who: 'run-as', token: 'env' });
+    assertKept(theft);
     const { walked } = runnerAndNpm(theft);
     assertClosed(theft, walked);
     // The same probe as root, the same uid as npm, finds it there (the next
     // test): what closes it here is the uid alone.
     assert.ok(theft.npmEnviron.includes(`CONDUCTOR_RUNNER_TOKEN=${theft.f.token}`));
+  });
+
+  test(`with no --run-as and no --same-user, a root runner's scripts run as ${DEFAULT_USER} and can read nothing of the token`, async () => {
+    const theft = await steal('theft-default', { who: 'default', token: 'file' });
+    assertKept(theft);
+    const { walked } = runnerAndNpm(theft);
+    assertClosed(theft, walked);
+    assert.equal(said(theft, `token-file ${theft.tokenFile}`), 'denied');
+    assert.equal(said(theft, `files ${theft.workdir}`), 'none');
+    assert.match(
+      theft.log,
+      new RegExp(
+        `^uid=\\d+\\(${DEFAULT_USER}\\) gid=\\d+\\(${DEFAULT_USER}\\) groups=\\d+\\(${DEFAULT_USER}\\)$`,
+        'm',
+      ),
+    );
+    assert.match(theft.log, new RegExp(`^USER=${DEFAULT_USER}$`, 'm'));
+    assert.match(theft.log, /^runner files closed$/m);
+    assert.match(theft.stderr, new RegExp(`"run_as":"${DEFAULT_USER}"`));
+    assert.doesNotMatch(theft.stderr, /can read its worker token/);
   });
 } else {
   test('--run-as refuses to start when the runner is not root', async () => {
@@ -263,17 +304,17 @@ if (IS_ROOT) {
   });
 }
 
-test("without --run-as, the runner's own environment and command line no longer give the token away, but npm's environment and the runner's memory do: why --untrusted needs --run-as", async () => {
-  const theft = await steal('theft-same-uid', { runAs: false, token: 'env' });
-  const token = theft.f.token;
+test("with scripts under the runner's own uid, its environment and command line no longer give the token away, but npm's environment and the runner's memory do: why it takes --same-user as root, and why --untrusted refuses it", async () => {
+  const theft = await steal('theft-same-uid', { who: 'same-user', token: 'env' });
+  const token = theft.token;
   const { runner, npm } = runnerAndNpm(theft);
   // What issue #13 found: `tr '\0' '\n' </proc/$PPID/environ` (the runner
   // itself) printed CONDUCTOR_RUNNER_TOKEN. It is blanked there now.
-  assert.equal(said(theft.report, `environ ${runner.pid}`), 'none');
-  assert.equal(said(theft.report, `cmdline ${runner.pid}`), 'none');
-  assert.match(said(theft.report, 'own-environ') ?? '', /none$/);
+  assert.equal(said(theft, `environ ${runner.pid}`), 'none');
+  assert.equal(said(theft, `cmdline ${runner.pid}`), 'none');
+  assert.match(said(theft, 'own-environ') ?? '', /none$/);
   // npm's environment is fixed since npm started, and the same uid reads it.
-  assert.equal(said(theft.report, `environ ${npm.pid}`), 'found');
+  assert.equal(said(theft, `environ ${npm.pid}`), 'found');
   // The token lives in the runner's heap. Reading another process's memory
   // takes the same uid, or CAP_SYS_PTRACE where Yama's ptrace_scope limits it to descendants.
   const scope = (() => {
@@ -283,31 +324,33 @@ test("without --run-as, the runner's own environment and command line no longer 
       return 0;
     }
   })();
-  assert.equal(
-    said(theft.report, `mem ${runner.pid}`),
-    IS_ROOT || scope === 0 ? 'found' : 'denied',
-  );
+  assert.equal(said(theft, `mem ${runner.pid}`), IS_ROOT || scope === 0 ? 'found' : 'denied');
   // Found, the token is the script's to send anywhere (here to a file of
   // its own); masking hides it only from whoever reads the log or the
   // outputs, which the runner masks alike.
   assert.ok(theft.loot.includes(token));
-  assert.deepEqual(theft.outputs, { found: '***' });
+  assert.ok(theft.outputs?.found?.split(' ').includes('***'), JSON.stringify(theft.outputs));
   assert.ok(!theft.log.includes(token), 'the runner masks its own token in the log');
   assert.match(theft.log, /\*\*\*/);
   assert.ok(!theft.stderr.includes(token), "the runner's own lines do not hold the token");
-  if (IS_ROOT)
-    assert.match(theft.stderr, /"message":"scripts run as root: they can read the worker token/);
+  assert.match(
+    theft.stderr,
+    IS_ROOT
+      ? /"message":"--same-user: scripts run as the runner's own user \(root\): they can read its worker token and all else on this host/
+      : /"message":"scripts run as the runner's own user \([^)]*\): they can read its worker token; start the runner as root, so that they run as conductor-build, or give --run-as USER/,
+  );
 });
 
-test('a runner started with --untrusted refuses the shell executor without --run-as', async () => {
-  const runner = childRunner(['--url', stack.url, '--untrusted'], {
-    ...process.env,
-    CONDUCTOR_RUNNER_TOKEN: 'cw_unused',
-  });
+test("a runner started with --untrusted refuses the shell executor with scripts under the runner's own uid", async () => {
+  // As root that takes --same-user; otherwise it is the default.
+  const runner = childRunner(
+    ['--url', stack.url, '--untrusted', ...(IS_ROOT ? ['--same-user'] : [])],
+    { ...process.env, CONDUCTOR_RUNNER_TOKEN: 'cw_unused' },
+  );
   const exit = await runner.exited;
   assert.equal(exit.code, 2, runner.stderr());
   assert.match(
     runner.stderr(),
-    /^--untrusted refuses the shell executor without --run-as USER: scripts under the runner's own uid can read its worker token \(use --executor docker, or --run-as\)$/m,
+    /^--untrusted refuses the shell executor with scripts under the runner's own uid: they can read its worker token \(use --executor docker, --run-as USER, or start the runner as root without --same-user, so that scripts run as conductor-build\)$/m,
   );
 });

@@ -9,13 +9,21 @@ import { formatDuration } from '../../lib/duration.ts';
 import { Masker } from '../../lib/masking.ts';
 import { Backoff } from '../../runner/backoff.ts';
 import { parseRunnerArgs } from '../../runner/cli.ts';
-import { HttpStatusError } from '../../runner/client.ts';
+import { HttpStatusError, newClaimKey, parseRetryAfter, retryDelay } from '../../runner/client.ts';
 import { exportFile, scriptEnvironment, taskVariables, toolEnvironment } from '../../runner/env.ts';
 import { fetchUrl, gitEnvironment, mayCarryToken, redactUrl } from '../../runner/git.ts';
-import { containerName, dockerRunArgs, startRunner, type Task } from '../../runner/index.ts';
+import {
+  containerName,
+  dockerRunArgs,
+  optionConflict,
+  startRunner,
+  type Task,
+} from '../../runner/index.ts';
 import { chunkEnd, LogStream } from '../../runner/logstream.ts';
-import { OutputsError, parseOutputs } from '../../runner/outputs.ts';
+import { parseOutputs } from '../../runner/outputs.ts';
 import { wrapperScript } from '../../runner/script.ts';
+import { trustRefusal } from '../../runner/task.ts';
+import { readTaskFile } from '../../runner/taskfile.ts';
 import { tempDir, waitFor } from './support.ts';
 
 function task(over: Partial<Task> = {}): Task {
@@ -199,7 +207,7 @@ test('the wrapper echoes each line, keeps the shell between lines and stops at t
   assert.equal(multi.out, "+ printf '%s\\n' \\\n+   a b\na\nb\n");
 });
 
-test('outputs are name=value lines or name<<DELIMITER blocks; anything else is an error naming the line', () => {
+test('outputs are name=value lines or name<<DELIMITER blocks; anything else is an error naming the line, never quoting the file', () => {
   assert.deepEqual(parseOutputs('a=1\n\nb=x=y\r\nc<<EOF\none\ntwo\nEOF\na=2\nd=\n'), {
     a: '2',
     b: 'x=y',
@@ -207,12 +215,57 @@ test('outputs are name=value lines or name<<DELIMITER blocks; anything else is a
     d: '',
   });
   assert.deepEqual(parseOutputs('e=a<<b\n'), { e: 'a<<b' });
-  assert.throws(() => parseOutputs('ok=1\njust text\n'), {
+  // Under the docker executor the file may hold what a container linked to:
+  // an error names the line, and quotes none of it.
+  assert.throws(() => parseOutputs('ok=1\nhost secret text\n'), {
     name: 'OutputsError',
-    message: /line 2: expected name=value/,
+    message: /^\$CONDUCTOR_OUTPUT line 2: expected name=value or name<<DELIMITER$/,
   });
-  assert.throws(() => parseOutputs('1x=1'), /line 1: "1x" is not a valid output name/);
-  assert.throws(() => parseOutputs('x<<EOF\nno end\n'), OutputsError);
+  assert.throws(() => parseOutputs('ok=1\nhost-secret=1'), {
+    message:
+      /^\$CONDUCTOR_OUTPUT line 2: not a valid output name \(letters, digits and _, not starting with a digit\)$/,
+  });
+  assert.throws(() => parseOutputs('x<<HOST_SECRET\nno end\n'), {
+    name: 'OutputsError',
+    message: /^\$CONDUCTOR_OUTPUT line 1: the delimiter that ends this value is missing$/,
+  });
+});
+
+test('a file the runner reads after a task is read only when it is a regular file within the cap: a link, a FIFO or a device fails at once, naming the file and not its content', async () => {
+  const dir = await tempDir('conductor-runner-taskfile-');
+  const secret = join(dir, 'host-secret');
+  writeFileSync(secret, 'HOST_SECRET=do-not-read\n');
+  const at = (name: string) => join(dir, name);
+  writeFileSync(at('output'), 'a=1\n');
+  assert.equal(await readTaskFile(at('output'), '$CONDUCTOR_OUTPUT', 16), 'a=1\n');
+  assert.equal(await readTaskFile(at('absent'), 'the line file', 16, ''), '');
+  await assert.rejects(readTaskFile(at('absent'), '$CONDUCTOR_OUTPUT', 16), {
+    message: '$CONDUCTOR_OUTPUT is missing',
+  });
+  writeFileSync(at('big'), 'x'.repeat(17));
+  await assert.rejects(readTaskFile(at('big'), '$CONDUCTOR_OUTPUT', 16), {
+    message: '$CONDUCTOR_OUTPUT holds more than 16 bytes, the most the runner reads',
+  });
+  execFileSync('ln', ['-s', secret, at('link')]);
+  execFileSync('mkfifo', [at('fifo')]);
+  const refused = [
+    ['link', 'a symbolic link'],
+    ['fifo', 'a named pipe (FIFO)'],
+    ['device', 'a character device'],
+  ] as const;
+  for (const [name, kind] of refused) {
+    const path = name === 'device' ? '/dev/zero' : at(name);
+    // A FIFO with no writer would block a plain read forever: this answers at once.
+    const err = await readTaskFile(path, '$CONDUCTOR_OUTPUT', 1024).then(
+      () => assert.fail(`${name} was read`),
+      (e: Error) => e,
+    );
+    assert.equal(
+      err.message,
+      `$CONDUCTOR_OUTPUT is ${kind}, not a regular file: the runner reads only a regular file there`,
+    );
+    assert.doesNotMatch(err.message, /do-not-read/);
+  }
 });
 
 test('chunks end on a UTF-8 character boundary, after a newline when one is near', () => {
@@ -349,6 +402,38 @@ test('polling backs off with jitter from about half a second up to its ceiling',
   }
 });
 
+test('Retry-After is waited for within the backoff bounds; claim keys are fresh and fit the header', () => {
+  const b = new Backoff(500, 10_000, () => 0.5);
+  const unavailable = (after: number | undefined) =>
+    new HttpStatusError('POST', '/v1/runner/claim', 503, null, after);
+  assert.equal(retryDelay(unavailable(3_000), b), 3_000);
+  assert.equal(retryDelay(unavailable(120_000), b), 10_000, 'held to the ceiling');
+  assert.equal(retryDelay(unavailable(0), b), 500, 'held to the floor');
+  b.reset();
+  assert.equal(retryDelay(unavailable(undefined), b), 500, 'without it, the backoff');
+  assert.equal(parseRetryAfter('7'), 7_000);
+  assert.equal(parseRetryAfter('Wed, 21 Oct 2015 07:28:00 GMT'), undefined);
+  assert.equal(parseRetryAfter(null), undefined);
+  const keys = new Set(Array.from({ length: 100 }, newClaimKey));
+  assert.equal(keys.size, 100);
+  for (const key of keys) assert.ok(key.length >= 16 && key.length <= 200, key);
+});
+
+test('a runner runs only tasks of its trust: --untrusted refuses a trusted task, and a runner without it an untrusted one; a control plane that does not say is taken at its word', () => {
+  assert.match(
+    trustRefusal(true, true) ?? '',
+    /^this runner was started with --untrusted and was handed a trusted task/,
+  );
+  assert.match(
+    trustRefusal(false, false) ?? '',
+    /^this runner was started without --untrusted and was handed an untrusted task/,
+  );
+  assert.equal(trustRefusal(true, false), undefined);
+  assert.equal(trustRefusal(false, true), undefined);
+  assert.equal(trustRefusal(undefined, true), undefined);
+  assert.equal(trustRefusal(undefined, false), undefined);
+});
+
 test('timeouts read as the pipeline writes durations', () => {
   assert.equal(formatDuration(2), '2s');
   assert.equal(formatDuration(90), '1m30s');
@@ -447,13 +532,28 @@ test('the token comes from --token-file or $CONDUCTOR_RUNNER_TOKEN, never from t
   await refused(['--token-file', file], {}, /must hold the token alone, on one line$/);
 });
 
-test('--untrusted refuses the shell executor without --run-as; --run-as is for the shell executor', async () => {
+test("--untrusted refuses scripts under the runner's own uid; --run-as and --same-user are for the shell executor, and exclusive; --once runs one task", async () => {
   const env = { CONDUCTOR_RUNNER_TOKEN: 'cw_env' };
   const parse = (...argv: string[]) => parseRunnerArgs(['--url', 'http://cp', ...argv], env);
-  await assert.rejects(
-    parse('--untrusted'),
-    /^Error: --untrusted refuses the shell executor without --run-as USER: scripts under the runner's own uid can read its worker token \(use --executor docker, or --run-as\)$/,
+  const ownUid =
+    /^--untrusted refuses the shell executor with scripts under the runner's own uid: they can read its worker token \(use --executor docker, --run-as USER, or start the runner as root without --same-user, so that scripts run as conductor-build\)$/;
+  // Whichever user this test runs as.
+  assert.match(optionConflict({ untrusted: true }, false) ?? '', ownUid);
+  assert.equal(optionConflict({ untrusted: true }, true), undefined, "root's default user");
+  assert.match(optionConflict({ untrusted: true, sameUser: true }, true) ?? '', ownUid);
+  await assert.rejects(parse('--untrusted', '--same-user'), (err: Error) =>
+    ownUid.test(err.message),
   );
+  const same = await parse('--same-user');
+  assert.equal(same.sameUser, true);
+  await assert.rejects(parse('--same-user', '--run-as', 'build'), /contradict each other/);
+  await assert.rejects(
+    parse('--same-user', '--executor', 'docker'),
+    /--same-user is for the shell executor/,
+  );
+  const once = await parse('--once');
+  assert.equal(once.once, true);
+  await assert.rejects(parse('--once', '--concurrency', '2'), /--once runs one task/);
   const docker = await parse('--untrusted', '--executor', 'docker');
   assert.equal(docker.untrusted, true);
   const runAs = await parse('--untrusted', '--run-as', 'build');
@@ -464,7 +564,7 @@ test('--untrusted refuses the shell executor without --run-as; --run-as is for t
   );
   // The same rule for whoever starts a runner from code.
   await assert.rejects(
-    startRunner({ url: 'http://127.0.0.1:1', token: 't', untrusted: true }),
-    /--untrusted refuses the shell executor without --run-as USER/,
+    startRunner({ url: 'http://127.0.0.1:1', token: 't', untrusted: true, sameUser: true }),
+    /--untrusted refuses the shell executor with scripts under the runner's own uid/,
   );
 });
