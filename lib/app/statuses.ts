@@ -2,9 +2,10 @@
 // GitHub and Gitea (lib/forge/statuses.ts), outside any transaction: right
 // after the change that wrote them commits (best effort), and from the sweep
 // for whatever is still due, with exponential backoff, until a bounded time
-// has passed. Only a job's newest row is posted; rows of one job are never
-// posted concurrently, so a late delivery never overwrites a newer state, and
-// posting the same state twice is harmless to the forge.
+// has passed. Only the newest row of a commit and context is posted; rows of
+// one commit and context are never posted concurrently, so a late delivery
+// never overwrites a newer state, and posting the same state twice is
+// harmless to the forge.
 import type { AppContext } from '../context.ts';
 import type { Pool } from '../db/index.ts';
 import { postStatus, StatusRefusedError } from '../forge/statuses.ts';
@@ -65,6 +66,7 @@ async function post(
       sha: row.sha,
       state: row.state,
       pipelineName: row.pipeline_name,
+      trusted: row.trusted,
       description: row.description,
       ...(opts.publicUrl
         ? {

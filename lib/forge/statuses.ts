@@ -34,9 +34,27 @@ export interface CommitStatus {
   state: string;
   /** The pipeline's name: the status's context is `conductor/<name>`, or `conductor`. */
   pipelineName: string | null;
+  /** False for an untrusted job: its context ends in ` (untrusted)` (see statusContext). */
+  trusted: boolean;
   description: string;
   /** The page the status links to, if any. */
   targetUrl?: string;
+}
+
+/**
+ * The context a job's status is posted under: `conductor`, or
+ * `conductor/<pipeline name>`, and for an untrusted job (a fork's or a bot's
+ * pull request, and their reruns) the same with ` (untrusted)` after it. The
+ * forge keeps one status per commit and context, and a fork's pull request
+ * may have a commit of main as its head: under the same context its
+ * "waiting for approval" would replace main's green status, and its own run
+ * would then speak for main. A pipeline name comes from the pipeline file,
+ * which an untrusted job's author wrote, so the suffix is added after it and
+ * no name can take it off.
+ */
+export function statusContext(pipelineName: string | null, trusted: boolean): string {
+  const context = pipelineName ? `conductor/${pipelineName}` : 'conductor';
+  return trusted ? context : `${context} (untrusted)`;
 }
 
 /** A refusal that retrying cannot fix: the deliverer gives the status up. */
@@ -67,7 +85,7 @@ export async function postStatus(
   const url = `${base}/repos/${owner}/${name}/statuses/${status.sha}`;
   const body = {
     state: status.state,
-    context: status.pipelineName ? `conductor/${status.pipelineName}` : 'conductor',
+    context: statusContext(status.pipelineName, status.trusted),
     description: status.description,
     ...(status.targetUrl ? { target_url: status.targetUrl } : {}),
   };

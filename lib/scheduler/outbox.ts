@@ -49,6 +49,8 @@ export interface ClaimedStatus {
   sha: string;
   project_id: string;
   pipeline_name: string | null;
+  /** The job's trust: an untrusted job's status has a context of its own (lib/forge/statuses.ts). */
+  trusted: boolean;
 }
 
 /** The jobs with a status row due, oldest due first, at most `limit`. */
@@ -64,11 +66,14 @@ export async function jobsWithStatusesDue(db: Queryable, limit: number): Promise
 }
 
 /**
- * Claims the newest open row of the commit a job builds, superseding the older
- * ones; null when it is not due yet or another deliverer holds one. The forge
- * keeps one status per commit and context, which every job of that commit
- * shares (a rerun, a manual run of the same commit, the job it superseded), so
- * rows are ordered per commit, not per job.
+ * Claims the newest open row of the commit and context a job reports on,
+ * superseding the older ones; null when it is not due yet or another
+ * deliverer holds one. The forge keeps one status per commit and context,
+ * which every job of that commit and trust shares (a rerun, a manual run of
+ * the same commit, the job it superseded), so rows are ordered per commit and
+ * trust, not per job. Trusted and untrusted jobs post under different
+ * contexts, so neither orders, supersedes nor waits for the other: a fork's
+ * pull request on a commit of main never replaces main's status.
  */
 export async function claimStatus(
   pool: Pool,
@@ -77,14 +82,21 @@ export async function claimStatus(
   return transaction(
     pool,
     async (tx) => {
-      // Locking the commit's open rows serialises its deliverers.
+      // Locking the open rows of the commit and context serialises their
+      // deliverers. A job's trust changes once at most: a pending job whose
+      // writers Gitea has yet to confirm (confirm_writers) is settled trusted
+      // or not by its compile. Until then its rows have no context and wait
+      // (a compile that fails ends the job, and they go as untrusted); after,
+      // its trust is final, so a row is posted in the context it was ordered in.
       const { rows } = await tx.query<{ id: number; claimed: boolean; due: boolean }>(
         `select o.id, coalesce(o.claimed_until > now(), false) as claimed,
                 o.next_attempt_at <= now() as due
            from jobs me
            join jobs j on j.project_id = me.project_id and j.sha = me.sha
+                      and j.trusted = me.trusted
+                      and not (j.state = 'pending' and j.confirm_writers is not null)
            join status_outbox o on o.job_id = j.id and o.result is null
-          where me.id = $1
+          where me.id = $1 and not (me.state = 'pending' and me.confirm_writers is not null)
           order by o.id
           for update of o`,
         [jobId],
@@ -105,7 +117,7 @@ export async function claimStatus(
            from jobs j
           where o.id = $1 and j.id = o.job_id
           returning o.id, o.job_id, o.state, o.description, o.attempts, o.created_at, j.sha,
-                    j.project_id, j.pipeline_name`,
+                    j.project_id, j.pipeline_name, j.trusted`,
         [newest.id, CLAIM_S],
       );
       return { row: claimed.rows[0] ?? null, superseded: older.length };
