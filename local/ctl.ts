@@ -12,11 +12,21 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
   project create --id ID --repo OWNER/NAME --repo-url URL|PATH
                  [--forge github|gitea] [--forge-url URL] [--forge-token T] [--name N]
                  [--fork-pull-requests approve|run|ignore] [--visibility private|public]
+                 [--bot-pull-requests untrusted|trusted]
                                             create a project; prints its webhook secret once
+  project update ID [--name N] [--repo-url URL|PATH] [--forge-url URL] [--forge-token T]
+                 [--fork-pull-requests approve|run|ignore] [--visibility private|public]
+                 [--bot-pull-requests untrusted|trusted]
+                                            change the settings given
   project show ID                           show a project
   worker create --name NAME [--labels a,b] [--untrusted]
+                [--projects a,b | --all-projects] [--ephemeral]
                                             register a worker (--untrusted: it takes only
-                                            untrusted tasks); prints its token once
+                                            untrusted tasks; --projects: only these projects'
+                                            tasks, the default being every project;
+                                            --ephemeral: its token is good for one task);
+                                            prints its token once
+  worker revoke ID                          revoke a worker: its token stops working at once
   workers                                   list workers
   secret set --project ID --name NAME --value VALUE
   secrets --project ID                      list secret names
@@ -86,7 +96,11 @@ function parse(argv: string[]) {
       'forge-token': { type: 'string' },
       labels: { type: 'string' },
       untrusted: { type: 'boolean' },
+      projects: { type: 'string' },
+      'all-projects': { type: 'boolean' },
+      ephemeral: { type: 'boolean' },
       'fork-pull-requests': { type: 'string' },
+      'bot-pull-requests': { type: 'string' },
       visibility: { type: 'string' },
       project: { type: 'string' },
       value: { type: 'string' },
@@ -131,7 +145,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
 
   try {
     switch (
-      `${command}${sub && ['create', 'show', 'set', 'push', 'approve'].includes(sub) ? ` ${sub}` : ''}`
+      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke'].includes(sub) ? ` ${sub}` : ''}`
     ) {
       case 'projects':
         print((await api('GET', '/v1/projects')).json);
@@ -150,9 +164,35 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
             ? { fork_pull_requests: values['fork-pull-requests'] }
             : {}),
           ...(values.visibility ? { visibility: values.visibility } : {}),
+          ...(values['bot-pull-requests']
+            ? { bot_pull_requests: values['bot-pull-requests'] }
+            : {}),
         });
         print(created.json);
         io.out(`webhook secret (shown once): ${created.json.webhook_secret}`);
+        return 0;
+      }
+      case 'project update': {
+        const id = arg ?? required(values, 'id');
+        const changes = Object.fromEntries(
+          (
+            [
+              ['name', 'name'],
+              ['repo-url', 'repo_url'],
+              ['forge-url', 'forge_url'],
+              ['forge-token', 'forge_token'],
+              ['fork-pull-requests', 'fork_pull_requests'],
+              ['bot-pull-requests', 'bot_pull_requests'],
+              ['visibility', 'visibility'],
+            ] as const
+          )
+            .filter(([flag]) => values[flag] !== undefined)
+            .map(([flag, field]) => [field, values[flag]]),
+        );
+        if (Object.keys(changes).length === 0) {
+          throw new UsageError('project update needs at least one setting to change');
+        }
+        print((await api('PATCH', `/v1/projects/${encodeURIComponent(id)}`, changes)).json);
         return 0;
       }
       case 'project show':
@@ -166,13 +206,34 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           .split(',')
           .map((l) => l.trim())
           .filter(Boolean);
+        if (values.projects !== undefined && values['all-projects']) {
+          throw new UsageError('give --projects a,b or --all-projects, not both');
+        }
+        const projects =
+          values.projects === undefined
+            ? '*'
+            : values.projects
+                .split(',')
+                .map((p) => p.trim())
+                .filter(Boolean);
         const created = await api('POST', '/v1/workers', {
           name: required(values, 'name'),
           labels,
+          projects,
           ...(values.untrusted ? { untrusted: true } : {}),
+          ...(values.ephemeral ? { ephemeral: true } : {}),
         });
         print(created.json.worker);
+        if (projects === '*' && !values['all-projects']) {
+          io.out('this worker may claim tasks of every project; --projects a,b scopes it to those');
+        }
         io.out(`worker token (shown once): ${created.json.token}`);
+        return 0;
+      }
+      case 'worker revoke': {
+        const id = arg ?? required(values, 'id');
+        await api('DELETE', `/v1/workers/${encodeURIComponent(id)}`);
+        io.out(`worker ${id} revoked: its token no longer works`);
         return 0;
       }
       case 'workers':

@@ -39,19 +39,30 @@ export interface TaskView {
 }
 
 // A queued task no registered worker can ever claim: none of its pool (an
-// untrusted worker for an untrusted task, any other for a trusted one), or
-// none of its pool with all of its labels. Workers are few, so reading them
-// per queued task is cheap; other states never ask.
+// untrusted worker for an untrusted task, any other for a trusted one), none
+// of its pool with all of its labels, or none of those scoped to its project
+// (an ephemeral worker that has made its one claim claims no more). Workers
+// are few, so reading them per queued task is cheap; other states never ask.
+const POOL = 'not w.revoked and w.untrusted = not t.trusted';
+const PROJECT = '(select jp.project_id from jobs jp where jp.id = t.job_id)';
 const QUEUE_REASON = `case when t.state = 'queued' and not exists (
     select 1 from workers w
-     where not w.revoked and w.untrusted = not t.trusted and t.labels <@ w.labels)
-  then case when not exists (
-              select 1 from workers w where not w.revoked and w.untrusted = not t.trusted)
+     where ${POOL} and t.labels <@ w.labels
+       and (w.projects is null or ${PROJECT} = any (w.projects))
+       and not (w.ephemeral and w.claimed_lease is not null))
+  then case when not exists (select 1 from workers w where ${POOL})
             then format('no %s worker is registered',
                         case when t.trusted then 'trusted' else 'untrusted' end)
-            else format('no %s worker has the labels %s',
+            when not exists (select 1 from workers w where ${POOL} and t.labels <@ w.labels)
+            then format('no %s worker has the labels %s',
                         case when t.trusted then 'trusted' else 'untrusted' end,
-                        array_to_string(t.labels, ', ')) end
+                        array_to_string(t.labels, ', '))
+            else format('no %s worker%s may claim tasks of project %s',
+                        case when t.trusted then 'trusted' else 'untrusted' end,
+                        case when cardinality(t.labels) > 0
+                             then ' with the labels ' || array_to_string(t.labels, ', ')
+                             else '' end,
+                        ${PROJECT}) end
   end`;
 
 /** A project's jobs, newest first; `before` is a job number. */

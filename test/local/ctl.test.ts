@@ -95,3 +95,27 @@ test('the CLI explains its usage and failures', async () => {
   assert.equal(missing.code, 1);
   assert.match(missing.out, /HTTP 404/);
 });
+
+test('the CLI registers a worker scoped to projects or ephemeral, says when one may claim every project, and revokes it', async () => {
+  const scoped = await ctl('worker', 'create', '--name', 'scoped', '--projects', 'cli');
+  assert.equal(scoped.code, 0, scoped.out);
+  assert.match(scoped.out, /"projects": \[\s*"cli"\s*\]/);
+  assert.doesNotMatch(scoped.out, /every project/);
+  const wide = await ctl('worker', 'create', '--name', 'wide');
+  assert.match(wide.out, /"projects": "\*"/);
+  assert.match(wide.out, /may claim tasks of every project; --projects a,b scopes it/);
+  const all = await ctl('worker', 'create', '--name', 'all', '--all-projects', '--ephemeral');
+  assert.match(all.out, /"ephemeral": true/);
+  assert.doesNotMatch(all.out, /every project;/);
+  const both = await ctl('worker', 'create', '--name', 'x', '--projects', 'cli', '--all-projects');
+  assert.equal(both.code, 2);
+  const unknown = await ctl('worker', 'create', '--name', 'x', '--projects', 'nope');
+  assert.equal(unknown.code, 1);
+  assert.match(unknown.out, /project "nope" does not exist/);
+
+  const id = /"id": "([0-9a-f-]{36})"/.exec(scoped.out)![1]!;
+  const revoked = await ctl('worker', 'revoke', id);
+  assert.equal(revoked.code, 0, revoked.out);
+  const listed = await ctl('workers');
+  assert.match(listed.out, new RegExp(`"id": "${id}"[\\s\\S]*?"revoked": true`));
+});
