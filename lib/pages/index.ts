@@ -91,9 +91,49 @@ function form(event: HttpEvent): URLSearchParams {
   return new URLSearchParams(rawBody(event).toString('utf8'));
 }
 
-/** Where to go after signing in: a path of this site only. */
-function safeNext(next: string | null | undefined): string {
-  return next && /^\/(?![/\\])/.test(next) && !/[\\\r\n]/.test(next) ? next : '/';
+// Any origin will do: a path resolved against it must stay on it.
+const SITE = 'https://conductor.invalid';
+// Control characters, any kind of space or invisible format character, and
+// backslashes: browsers drop tabs and line breaks from a URL and read `\` as
+// `/`, so `/\tevil.example` and `/\evil.example` both reach `//evil.example`.
+const UNSAFE_IN_NEXT = /[\p{Cc}\p{Cf}\p{Z}\\]/u;
+
+/**
+ * A single `/` first, and nothing a browser would drop or read as a `/`,
+ * before or after percent-decoding (a server or proxy on the way may decode
+ * again): twice decoded at most, a third layer is refused.
+ */
+function pathShaped(path: string): boolean {
+  let text = path;
+  for (let i = 0; i < 3; i++) {
+    if (!/^\/(?![/\\])/.test(text) || UNSAFE_IN_NEXT.test(text)) return false;
+    let once: string;
+    try {
+      once = decodeURIComponent(text);
+    } catch {
+      return false;
+    }
+    if (once === text) return true;
+    text = once;
+  }
+  return false;
+}
+
+/**
+ * Where to go after signing in: a path of this site, else `/`. The path is
+ * resolved against the site and must stay on it, and what is answered (the
+ * resolved path) is checked again: `/../..//x` resolves to `//x`.
+ */
+export function safeNext(next: string | null | undefined): string {
+  if (!next || next.length > 2048 || !pathShaped(next)) return '/';
+  let url: URL;
+  try {
+    url = new URL(next, SITE);
+  } catch {
+    return '/';
+  }
+  const path = `${url.pathname}${url.search}${url.hash}`;
+  return url.origin === SITE && pathShaped(path) ? path : '/';
 }
 
 function here(event: HttpEvent): string {

@@ -24,7 +24,18 @@ export interface LogPiece {
   html: string;
 }
 
-/** Lines as HTML: each a block with an anchor of its number; the text is the log's, colours rendered. */
+// An OSC 8 hyperlink's opening (`ESC ] 8 ; params ; URL`) or closing
+// (`ESC ] 8 ; ;`) sequence, ended by ST (`ESC \`) or BEL, within one line.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: ESC and BEL are what it matches
+const OSC8 = /\x1b\]8;[^\x07\x1b\n]*(?:\x07|\x1b\\)/g;
+
+/**
+ * Lines as HTML: each a block with an anchor of its number; the text is the
+ * log's, colours rendered. A log makes no links: a fork's script writes what
+ * it likes, and an OSC 8 hyperlink on the job page would be a link the site
+ * itself seems to offer. Its sequences are dropped and its text kept, as a
+ * terminal without hyperlinks shows it.
+ */
 export function renderLines(
   text: string,
   first: number,
@@ -32,7 +43,10 @@ export function renderLines(
   if (text === '') return { html: '', lines: 0, partial: false };
   const ansi = new AnsiUp();
   ansi.use_classes = false;
-  const parts = text.split('\n');
+  // Should a link get past OSC8 (a sequence ansi_up reads otherwise), an
+  // empty allowlist still renders no <a>.
+  ansi.url_allowlist = {};
+  const parts = text.replace(OSC8, '').split('\n');
   const partial = parts[parts.length - 1] !== '';
   if (!partial) parts.pop();
   const out: string[] = [];

@@ -196,3 +196,37 @@ test("a blocked job's page shows the task graph once the job is approved, withou
   await page.locator('[data-task-name="check"][data-state="queued"]').waitFor({ timeout: 60_000 });
   assert.equal(await page.locator('[data-job-state]').getAttribute('data-job-state'), 'running');
 });
+
+test('an OSC 8 hyperlink in a log shows as plain text in the browser, when the page is drawn and when the live update brings it', async () => {
+  const job = await runningJob(e2e, 'osc8', '  fork:\n    script: [make]\n');
+  const task = await claimTask(stack, job.token);
+  const link = (url: string, text: string) => `\u001b]8;;${url}\u001b\\${text}\u001b]8;;\u001b\\`;
+  const first = `see ${link('https://evil.example/login', 'click here')}\n`;
+  let res = await uploadLog(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    offset: 0,
+    data: first,
+  });
+  assert.equal(res.status, 200, res.text);
+
+  const { page } = await newPage(browser);
+  await signIn(page, stack);
+  await page.goto(`${stack.url}/jobs/${job.jobId}?task=${task.id}`);
+  const log = page.locator('[data-log]');
+  assert.equal(await log.textContent(), 'see click here\n');
+
+  res = await uploadLog(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    offset: Buffer.byteLength(first),
+    data: `and ${link('javascript:alert(1)', 'this')} too\n`,
+  });
+  assert.equal(res.status, 200, res.text);
+  await page.locator('[data-log] #L2', { hasText: 'this' }).waitFor({ timeout: 60_000 });
+  assert.equal(await log.textContent(), 'see click here\nand this too\n');
+  // The only links in the log are its line numbers.
+  const hrefs = await log
+    .locator('a')
+    .evaluateAll((els) => els.map((el) => el.getAttribute('href')));
+  assert.deepEqual(hrefs, ['#L1', '#L2']);
+  assert.ok(!(await page.content()).includes('evil.example'));
+});

@@ -12,6 +12,7 @@ import {
   signJobLink,
   verifyJobLink,
 } from '../../lib/pages/access.ts';
+import { safeNext } from '../../lib/pages/index.ts';
 import { generateKey, parseKeyring } from '../../lib/secrets.ts';
 import { runCtl } from '../../local/ctl.ts';
 import {
@@ -304,4 +305,90 @@ test('the live route answers bad query values with a 400 naming them, and pages 
   const worker = await createWorker(stack, ['unused'], 'unused');
   const asWorker = await get(`/jobs/${job.jobId}`, { authorization: `Bearer ${worker.token}` });
   assert.equal(asWorker.status, 302, 'a bearer token is no session');
+});
+
+// Guards a past open redirect: `next=/%09/evil.example` passed, and the
+// browser, which drops tabs from URLs, went to //evil.example.
+test('after signing in, the page goes to `next` only when it is a path of this site; a tab, a backslash, a scheme-relative or encoded form goes to /', async () => {
+  const hostile = [
+    '/%09/evil.example',
+    '/\t/evil.example',
+    '/\\evil.example',
+    '//evil.example',
+    '/%5cevil.example',
+    '/%5Cevil.example',
+    'https:evil.example',
+    'https://evil.example/',
+    '/%2F/evil.example',
+    '/%252F/evil.example',
+    '/%0d%0a/evil.example',
+    '/../..//evil.example',
+    '/%E2%80%8B/evil.example',
+    'evil.example',
+  ];
+  for (const next of hostile) assert.equal(safeNext(next), '/', JSON.stringify(next));
+  for (const next of ['/', '/projects/paged', '/jobs/abc?task=def&sig=1.2#L40']) {
+    assert.equal(safeNext(next), next);
+  }
+
+  // Through the routes: the form's sign-in, and /login with a session already.
+  const signIn = (next: string) =>
+    fetch(`${stack.url}/login`, {
+      method: 'POST',
+      body: new URLSearchParams({ token: stack.adminToken, next }),
+      redirect: 'manual',
+    });
+  for (const next of [
+    '/%09/evil.example',
+    '/\t/evil.example',
+    '/%5cevil.example',
+    '//evil.example',
+  ]) {
+    const res = await signIn(next);
+    assert.equal(res.status, 303);
+    assert.equal(res.headers.get('location'), '/', JSON.stringify(next));
+    const again = await get(`/login?next=${encodeURIComponent(next)}`, {
+      cookie: await sessionCookieOnce(),
+    });
+    assert.equal(again.headers.get('location'), '/', JSON.stringify(next));
+  }
+  const page = await get(`/login?next=${encodeURIComponent('/%09/evil.example')}`);
+  assert.equal(page.status, 200);
+  assert.ok(!(await page.text()).includes('evil.example'), 'the form does not carry it on');
+  const good = await signIn('/projects/paged?before=3');
+  assert.equal(good.headers.get('location'), '/projects/paged?before=3');
+});
+
+test('a log with OSC 8 hyperlinks renders their text and no link, on the page and in its live updates', async () => {
+  const job = await runningJob(e2e, 'osc8', '  a:\n    script: [make]\n');
+  const task = await claimTask(stack, job.token);
+  const data =
+    'see \u001b]8;;https://evil.example/login\u001b\\click here\u001b]8;;\u001b\\ now\n' +
+    '\u001b]8;id=2;https://evil.example/\u0007or here\u001b]8;;\u0007\n';
+  const res = await uploadLog(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    offset: 0,
+    data,
+  });
+  assert.equal(res.status, 200, res.text);
+  const cookie = await sessionCookieOnce();
+
+  const html = await (await get(`/jobs/${job.jobId}?task=${task.id}`, { cookie })).text();
+  const log = /<pre[^>]*data-log[^>]*>([\s\S]*?)<\/pre>/.exec(html)?.[1];
+  assert.ok(log, 'the page has the log');
+  assert.ok(!html.includes('evil.example'), 'the URL is nowhere on the page');
+  // The only links in the log are the line numbers' own anchors.
+  assert.deepEqual(
+    [...log.matchAll(/<a\b[^>]*>/g)].map((m) => m[0]),
+    [1, 2].map((n) => `<a class="n" href="#L${n}" data-n="${n}" aria-label="line ${n}">`),
+  );
+  assert.equal(log.replace(/<[^>]+>/g, ''), 'see click here now\nor here\n');
+
+  const live = await get(`/jobs/${job.jobId}/live?task=${task.id}&attempt=1&from=0&line=1`, {
+    cookie,
+  });
+  assert.equal(live.status, 200);
+  const piece = ((await live.json()) as { log: { html: string } }).log.html;
+  assert.ok(!piece.includes('evil.example'));
+  assert.equal([...piece.matchAll(/<a\b/g)].length, 2, 'the two line anchors only');
 });
