@@ -4,6 +4,7 @@ import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../d
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
+import { BOT_PULL_REQUEST_POLICIES, type BotPullRequestPolicy } from '../scheduler/trust.ts';
 import { decrypt, encrypt, type Keyring } from '../secrets.ts';
 import {
   FORGES,
@@ -77,6 +78,7 @@ export const ProjectCreateSchema = z.strictObject({
   forge_token: z.string().min(1).max(10_000).nullable().optional(),
   cancel_superseded: z.boolean().optional(),
   fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
+  bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
   visibility: z.enum(VISIBILITIES).optional(),
 });
 export type ProjectCreate = z.infer<typeof ProjectCreateSchema>;
@@ -89,6 +91,7 @@ export const ProjectUpdateSchema = z.strictObject({
   enabled: z.boolean().optional(),
   cancel_superseded: z.boolean().optional(),
   fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
+  bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
   visibility: z.enum(VISIBILITIES).optional(),
 });
 export type ProjectUpdate = z.infer<typeof ProjectUpdateSchema>;
@@ -105,6 +108,8 @@ export interface ProjectView {
   cancel_superseded: boolean;
   /** What an untrusted job does: waits in `blocked` for approval, runs at once, or is not created. */
   fork_pull_requests: ForkPullRequestPolicy;
+  /** Whether a bot's pull request (Dependabot, Renovate) from a branch of the repository is trusted. */
+  bot_pull_requests: BotPullRequestPolicy;
   /** Stored for the job pages: `public` projects' pages are readable by anyone. */
   visibility: Visibility;
   has_forge_token: boolean;
@@ -122,7 +127,7 @@ export interface ProjectRow extends ProjectView {
 
 // `commit_statuses` says once, in the view, why a project gets no statuses.
 const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
-  fork_pull_requests, visibility, forge_token_enc is not null as has_forge_token,
+  fork_pull_requests, bot_pull_requests, visibility, forge_token_enc is not null as has_forge_token,
   case when forge_token_enc is null then 'off: the project has no forge token'
        when repo_url !~ '^https?://' then 'off: the repository is not on a forge (a local path)'
        else 'on' end as commit_statuses,
@@ -164,8 +169,9 @@ export async function createProject(
     const project = await transaction(pool, async (tx) => {
       const { rows } = await tx.query<ProjectView>(
         `insert into projects (id, name, forge, repo, repo_url, forge_url, webhook_secret_enc,
-                               forge_token_enc, cancel_superseded, fork_pull_requests, visibility)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                               forge_token_enc, cancel_superseded, fork_pull_requests, visibility,
+                               bot_pull_requests)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          returning ${VIEW}`,
         [
           input.id,
@@ -181,6 +187,7 @@ export async function createProject(
           input.cancel_superseded ?? true,
           input.fork_pull_requests ?? 'approve',
           input.visibility ?? 'private',
+          input.bot_pull_requests ?? 'untrusted',
         ],
       );
       return rows[0]!;
@@ -265,7 +272,8 @@ export async function updateProject(
     const { rows } = await tx.query<ProjectView>(
       `update projects
           set name = $2, repo_url = $3, forge_url = $4, forge_token_enc = $5, enabled = $6,
-              cancel_superseded = $7, fork_pull_requests = $8, visibility = $9, updated_at = now()
+              cancel_superseded = $7, fork_pull_requests = $8, visibility = $9,
+              bot_pull_requests = $10, updated_at = now()
         where id = $1
         returning ${VIEW}`,
       [
@@ -278,6 +286,7 @@ export async function updateProject(
         input.cancel_superseded ?? current.cancel_superseded,
         input.fork_pull_requests ?? current.fork_pull_requests,
         input.visibility ?? current.visibility,
+        input.bot_pull_requests ?? current.bot_pull_requests,
       ],
     );
     return rows[0]!;

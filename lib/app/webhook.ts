@@ -32,17 +32,36 @@ interface WebhookTrust {
 /**
  * How far a build can be trusted from its delivery alone. A push and a
  * pull request from a branch of a GitHub repository are trusted; a fork's is
- * not; a Gitea pull request from the repository itself waits for the compile
- * to confirm its people as writers, which takes the project's forge token and
- * Gitea's URL (without them it is untrusted).
+ * not, nor, unless the project's bot_pull_requests says `trusted`, a bot's
+ * (a pull request a bot opened or updated, or a bot's push to a branch other
+ * than the default); a Gitea pull request from the repository itself waits
+ * for the compile to confirm its people as writers, which takes the project's
+ * forge token and Gitea's URL (without them it is untrusted).
  */
 export function webhookTrust(
   intent: Extract<WebhookIntent, { kind: 'build' }>,
-  project: Pick<ProjectRow, 'repo' | 'forge_url' | 'forge_token_enc'>,
+  project: Pick<ProjectRow, 'repo' | 'forge_url' | 'forge_token_enc' | 'bot_pull_requests'>,
 ): WebhookTrust {
+  const bots = project.bot_pull_requests === 'trusted' ? [] : (intent.bots ?? []);
   if (intent.trigger !== 'pull_request') {
+    if (bots.length > 0) {
+      return {
+        trusted: false,
+        confirmWriters: [],
+        reason: `a push by the bot ${bots.join(' and ')} to a branch other than the default (the project's bot_pull_requests is untrusted)`,
+      };
+    }
     const what = intent.trigger === 'tag' ? 'a tag pushed' : 'a push';
     return { trusted: true, confirmWriters: [], reason: `${what} to the repository` };
+  }
+  // A fork's pull request is untrusted whoever sent it; the fork says more.
+  const fromFork = intent.trusted === false && intent.confirmWriters === undefined;
+  if (bots.length > 0 && !fromFork) {
+    return {
+      trusted: false,
+      confirmWriters: [],
+      reason: `a pull request of the bot ${bots.join(' and ')} (the project's bot_pull_requests is untrusted)`,
+    };
   }
   if (intent.trusted) {
     return {

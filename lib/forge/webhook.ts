@@ -115,6 +115,12 @@ export type WebhookIntent =
        * false until then). Empty when the payload names nobody.
        */
       confirmWriters?: string[];
+      /**
+       * Bot accounts behind the code (see isBotAccount): the sender or author of a pull request,
+       * or the sender of a push to a branch other than the repository's default branch. Absent
+       * when there is none. Whether they are trusted is the project's `bot_pull_requests`.
+       */
+      bots?: string[];
     }
   | { kind: 'close_pull_request'; repo: string; pullRequest: number };
 
@@ -244,7 +250,10 @@ function readEvent(
   }
 }
 
-function readPush(payload: unknown, issues: ValidationIssue[]): Outcome | undefined {
+function readPush(
+  payload: Record<string, unknown>,
+  issues: ValidationIssue[],
+): Outcome | undefined {
   const push = check(PushSchema, payload, issues);
   if (push === undefined) return undefined;
   if (push.deleted === true || ZERO_SHA.test(push.after)) {
@@ -263,6 +272,13 @@ function readPush(payload: unknown, issues: ValidationIssue[]): Outcome | undefi
   } else {
     return { kind: 'ignore', reason: `push to ${push.ref} is neither a branch nor a tag` };
   }
+  // A bot's branch is the head of the pull request it is about to open (Dependabot and Renovate
+  // push the branch first), so it is held to the same rule. The default branch is not: what
+  // lands there was merged by someone who may, and a release bot's tag is its own.
+  const bots =
+    trigger === 'push' && push.ref !== defaultBranchRef(payload)
+      ? botLogins([payload.sender, payload.pusher])
+      : [];
   return {
     kind: 'build',
     trigger,
@@ -271,7 +287,53 @@ function readPush(payload: unknown, issues: ValidationIssue[]): Outcome | undefi
     baseRef: null,
     pullRequest: null,
     trusted: true,
+    ...(bots.length > 0 ? { bots } : {}),
   };
+}
+
+/** `refs/heads/<repository.default_branch>`, or undefined when the payload does not say. */
+function defaultBranchRef(payload: Record<string, unknown>): string | undefined {
+  const repo = payload.repository;
+  const name = isPlainObject(repo) ? repo.default_branch : undefined;
+  return typeof name === 'string' && name !== '' ? `refs/heads/${name}` : undefined;
+}
+
+// Bot logins by convention: GitHub Apps are `<app>[bot]`; a machine account on Gitea (which marks
+// no account as a bot in its payloads, and whose names cannot hold brackets) is by custom named
+// `renovate-bot`, `ci_bot` and the like.
+const BOT_LOGIN = /(?:\[bot\]|[-_.]bot)$/i;
+
+/**
+ * True for an account that acts for a program, not a person: one GitHub marks `type: "Bot"`, or
+ * one whose login ends in `[bot]`, `-bot`, `_bot` or `.bot`. Read leniently: `login`, Gitea's
+ * `username`, or a GitHub pusher's `name`.
+ */
+export function isBotAccount(user: unknown): boolean {
+  if (!isPlainObject(user)) return false;
+  if (user.type === 'Bot') return true;
+  const login = accountLogin(user);
+  return login !== undefined && BOT_LOGIN.test(login);
+}
+
+// `name` only where nothing else names the account (GitHub's `pusher`): elsewhere it is a
+// person's display name.
+function accountLogin(user: Record<string, unknown>): string | undefined {
+  return [user.login, user.username, user.name].find(
+    (v): v is string => typeof v === 'string' && v !== '',
+  );
+}
+
+/** The logins of the bot accounts among `users`, each once. */
+function botLogins(users: unknown[]): string[] {
+  const found: string[] = [];
+  for (const user of users) {
+    if (!isBotAccount(user)) continue;
+    const login = accountLogin(user as Record<string, unknown>) ?? 'an unnamed bot';
+    // Shown in the job's trust_reason: keep it one short line.
+    const shown = login.replace(/\p{Cc}/gu, '').slice(0, 100);
+    if (!found.includes(shown)) found.push(shown);
+  }
+  return found;
 }
 
 function taggedCommit(headCommit: unknown): string | undefined {
@@ -312,6 +374,12 @@ function readPullRequest(
   // exactly; a case mismatch makes a job untrusted, which is the safe way to be wrong.
   const headRepo = pr.head.repo?.full_name;
   const sameRepo = headRepo !== undefined && headRepo === baseRepo;
+  // Who opened or updated it, and whose it is: a person reopening or pushing to a bot's pull
+  // request does not make the bot's code theirs.
+  const bots = botLogins([
+    payload.sender,
+    isPlainObject(payload.pull_request) ? payload.pull_request.user : undefined,
+  ]);
   const build = {
     kind: 'build',
     trigger: 'pull_request',
@@ -319,6 +387,7 @@ function readPullRequest(
     sha: pr.head.sha,
     baseRef: pr.base.ref,
     pullRequest: number,
+    ...(bots.length > 0 ? { bots } : {}),
   } as const;
   // On GitHub only someone with write access can push a branch to the base repository. On
   // Gitea anyone who can read it can open a pull request from it by pushing to
