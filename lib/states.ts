@@ -51,6 +51,15 @@ export type Forge = (typeof FORGES)[number];
 export const FORK_PULL_REQUEST_POLICIES = ['approve', 'run', 'ignore'] as const;
 export type ForkPullRequestPolicy = (typeof FORK_PULL_REQUEST_POLICIES)[number];
 
+/**
+ * What a project makes of a bot's pull request, or a bot's push to a branch
+ * other than the default (projects.bot_pull_requests, whose CHECK in
+ * migrations/008 lists the same values): `untrusted` (the default) treats it
+ * as a fork's, `trusted` as a branch's of the repository.
+ */
+export const BOT_PULL_REQUEST_POLICIES = ['untrusted', 'trusted'] as const;
+export type BotPullRequestPolicy = (typeof BOT_PULL_REQUEST_POLICIES)[number];
+
 /** Who may read a project's pages: signed-in people only, or anyone. */
 export const VISIBILITIES = ['private', 'public'] as const;
 export type Visibility = (typeof VISIBILITIES)[number];

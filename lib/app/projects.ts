@@ -4,9 +4,10 @@ import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../d
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
-import { BOT_PULL_REQUEST_POLICIES, type BotPullRequestPolicy } from '../scheduler/trust.ts';
 import { decrypt, encrypt, type Keyring } from '../secrets.ts';
 import {
+  BOT_PULL_REQUEST_POLICIES,
+  type BotPullRequestPolicy,
   FORGES,
   FORK_PULL_REQUEST_POLICIES,
   type Forge,

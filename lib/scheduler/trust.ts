@@ -10,15 +10,6 @@ import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import type { JobRow } from './types.ts';
 
 /**
- * What a project makes of a bot's pull request, or a bot's push to a branch
- * other than the default (projects.bot_pull_requests, whose CHECK in
- * migrations/008 lists the same values): `untrusted` (the default) treats it
- * as a fork's, `trusted` as a branch's of the repository.
- */
-export const BOT_PULL_REQUEST_POLICIES = ['untrusted', 'trusted'] as const;
-export type BotPullRequestPolicy = (typeof BOT_PULL_REQUEST_POLICIES)[number];
-
-/**
  * Records what the forge said about a pending job whose trust needed
  * confirming: trusted, or untrusted and then, by the project's
  * fork_pull_requests, still pending ('run'), blocked ('approve') or cancelled

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import { SQLSTATE, sqlState } from '../../lib/db/index.ts';
 import {
   ATTEMPT_OUTCOMES,
+  BOT_PULL_REQUEST_POLICIES,
   FORGES,
   FORK_PULL_REQUEST_POLICIES,
   JOB_STATES,
@@ -32,6 +33,7 @@ const pairs: [string, readonly string[]][] = [
   ['tasks_state_check', TASK_STATES],
   ['projects_forge_check', FORGES],
   ['projects_fork_pull_requests_check', FORK_PULL_REQUEST_POLICIES],
+  ['projects_bot_pull_requests_check', BOT_PULL_REQUEST_POLICIES],
   ['projects_visibility_check', VISIBILITIES],
   ['task_attempts_outcome_check', ATTEMPT_OUTCOMES],
   ['status_outbox_state_check', STATUS_STATES],

@@ -5,7 +5,7 @@
 // workers, without secrets or the repository token. Through the local HTTP server.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { BOT_PULL_REQUEST_POLICIES } from '../../lib/scheduler/trust.ts';
+import { BOT_PULL_REQUEST_POLICIES } from '../../lib/states.ts';
 import { runCtl } from '../../local/ctl.ts';
 import {
   giteaPullRequest,
