@@ -46,10 +46,21 @@ export class ConflictError extends AppError {
   }
 }
 
+/** How long a client should wait before sending an unavailable request again (`Retry-After`). */
+export const RETRY_AFTER_S = {
+  /** One request's bad luck: a lock held, a conflict, a connection lost; the next try gets a fresh chance. */
+  soon: 1,
+  /** The database did not answer at all within its bound; asking again at once only queues more waits. */
+  silent: 5,
+} as const;
+
 /** The request could not be served now (out of time, the database away); sent again it may be. */
 export class UnavailableError extends AppError {
-  constructor(message: string, options?: ErrorOptions) {
+  /** Seconds the client should wait before trying again (the `Retry-After` header). */
+  readonly retryAfterS: number;
+  constructor(message: string, options?: ErrorOptions & { retryAfterS?: number }) {
     super(503, 'unavailable', message, options);
+    this.retryAfterS = options?.retryAfterS ?? RETRY_AFTER_S.soon;
   }
   // The message says nothing about the data, and tells the client to retry.
   override get expose(): boolean {

@@ -1,10 +1,13 @@
 export { loadMigrations, type Migration, MigrationError, migrate } from './migrate.ts';
 export {
+  CALL_BOUNDS,
   createPool,
   isConnectionError,
+  isSilence,
   type Pool,
   type PoolConfig,
   type Queryable,
+  queryTimeoutFor,
   SESSION_OPTIONS,
   withClient,
 } from './pool.ts';
@@ -26,3 +29,4 @@ export {
   transaction,
   transactionWithStats,
 } from './transaction.ts';
+export { asUnavailable, type Unavailability, unavailability } from './unavailable.ts';

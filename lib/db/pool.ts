@@ -8,8 +8,26 @@ export interface PoolConfig {
   max?: number;
   /** How long a connection may sit idle in the pool before it is closed. */
   idleTimeoutMs?: number;
-  /** How long to wait for a connection before failing the request. */
+  /**
+   * How long to wait for a connection (a free slot, the TCP connect and the
+   * startup exchange) before failing the request. Default 10 s; the
+   * deployment passes CONDUCTOR_DB_CONNECT_TIMEOUT_MS (20 s: an Aurora resume).
+   */
   connectTimeoutMs?: number;
+  /**
+   * The server's `statement_timeout` for statements sent outside the
+   * transaction helper (which sets its own per transaction). Default 8 s; 0
+   * leaves the server's setting.
+   */
+  statementTimeoutMs?: number;
+  /**
+   * How long the client waits for the reply to one query before it gives the
+   * connection up as silent. Default: the statement timeout plus 2 s; 0: no
+   * bound. See queryTimeoutFor.
+   */
+  queryTimeoutMs?: number;
+  /** Idle time before TCP keepalive probes start; default 10 s. */
+  keepAliveDelayMs?: number;
   applicationName?: string;
   /**
    * The server ends a session idle this long (`idle_session_timeout`), so a
@@ -72,6 +90,38 @@ const types = {
 export const SESSION_OPTIONS = '-c default_transaction_isolation=repeatable\\ read';
 
 const DEFAULT_IDLE_SESSION_TIMEOUT_MS = 60_000;
+
+/**
+ * The bounds of a database call (docs/database.md, "Bounded calls"). The
+ * server's statement timeout ends a slow statement first, on a healthy
+ * network, with 57014: the statement rolled back and the connection stays
+ * usable. The client's query timeout, a margin above it, fires only when no
+ * reply comes at all (a silent network, a half-open connection): the
+ * statement may then have committed or not, and the connection is destroyed.
+ * 8 s sits above the hot path's lock_timeout (5 s, migrations/002-004), so a
+ * lock wait ends as 55P03 and not as a statement timeout.
+ */
+export const CALL_BOUNDS = {
+  statementTimeoutMs: 8_000,
+  queryTimeoutMarginMs: 2_000,
+  connectTimeoutMs: 10_000,
+  keepAliveDelayMs: 10_000,
+} as const;
+
+// setTimeout's largest delay (about 24.8 days); above it Node fires at once.
+const NO_QUERY_TIMEOUT_MS = 2 ** 31 - 1;
+
+/**
+ * The client-side bound for a query that runs under `statementTimeoutMs` on
+ * the server: that timeout plus a margin for the reply to travel, or no bound
+ * for a statement the server lets run forever (migrations).
+ */
+export function queryTimeoutFor(statementTimeoutMs: number): number {
+  return statementTimeoutMs > 0
+    ? statementTimeoutMs + CALL_BOUNDS.queryTimeoutMarginMs
+    : NO_QUERY_TIMEOUT_MS;
+}
+
 // A pooled client idle within this much of the server's idle_session_timeout
 // may be ended by the server while our first query is on its way: drop it.
 const IDLE_SESSION_MARGIN_MS = 5_000;
@@ -79,21 +129,30 @@ const IDLE_SESSION_MARGIN_MS = 5_000;
 /** A connection pool built from configuration; errors on idle connections are logged, never fatal. */
 export function createPool(config: PoolConfig, onIdleError?: (err: Error) => void): Pool {
   const idleSessionMs = config.idleSessionTimeoutMs ?? DEFAULT_IDLE_SESSION_TIMEOUT_MS;
+  const statementMs = config.statementTimeoutMs ?? CALL_BOUNDS.statementTimeoutMs;
+  const queryMs = config.queryTimeoutMs ?? queryTimeoutFor(statementMs);
+  // Startup options are client settings (no round trip, no session SET):
+  // idle_session_timeout exists from PostgreSQL 14 on.
+  const options = [SESSION_OPTIONS];
+  if (idleSessionMs > 0) options.push(`-c idle_session_timeout=${Math.trunc(idleSessionMs)}`);
+  if (statementMs > 0) options.push(`-c statement_timeout=${Math.trunc(statementMs)}`);
   const pool = new pg.Pool({
     ...(config.password
       ? settingsOf(config.url, config.password)
       : { connectionString: config.url }),
     max: config.max ?? 10,
     idleTimeoutMillis: config.idleTimeoutMs ?? 30_000,
-    // Long enough for Aurora Serverless to resume from a pause (about 15 s).
-    connectionTimeoutMillis: config.connectTimeoutMs ?? 20_000,
+    // Bounds the slot wait and the connect together: a connect into a silent
+    // network (the TCP handshake answered, the startup never) ends here.
+    connectionTimeoutMillis: config.connectTimeoutMs ?? CALL_BOUNDS.connectTimeoutMs,
+    query_timeout: queryMs > 0 ? queryMs : undefined,
+    // Probes on an idle pooled connection find a peer that vanished (a
+    // failover, a NAT that dropped the flow) before a request is sent on it,
+    // and keep NAT and proxies from dropping a quiet flow.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: config.keepAliveDelayMs ?? CALL_BOUNDS.keepAliveDelayMs,
     application_name: config.applicationName ?? 'conductor',
-    // idle_session_timeout is a client setting like the isolation above (no
-    // round trip, no session SET); PostgreSQL 14 and newer have it.
-    options:
-      idleSessionMs > 0
-        ? `${SESSION_OPTIONS} -c idle_session_timeout=${Math.trunc(idleSessionMs)}`
-        : SESSION_OPTIONS,
+    options: options.join(' '),
     types,
   });
   // An idle client whose server went away emits 'error' on the pool; without a
@@ -108,13 +167,14 @@ export function createPool(config: PoolConfig, onIdleError?: (err: Error) => voi
 
 /**
  * Wraps the pool's checkout (which `pool.query` uses too) so that a client is
- * never handed out when the server may already have ended its session, and a
- * connect that failed on the connection is tried once more. Only these two are
- * retried, because nothing of the caller's has reached the server yet: a
- * statement that failed on a broken connection may or may not have run, and
- * is never sent again here. A pool's idle timer does not run while a Lambda
- * container is frozen, so on thaw a client idle for minutes would otherwise be
- * handed out before the timer (or the server's goodbye) removes it.
+ * never handed out when the server may already have ended its session or its
+ * connection already failed, and a connect that failed on the connection is
+ * tried once more. Only these are retried, because nothing of the caller's
+ * has reached the server yet: a statement that failed on a broken connection
+ * may or may not have run, and is never sent again here. A pool's idle timer
+ * does not run while a Lambda container is frozen, so on thaw a client idle
+ * for minutes would otherwise be handed out before the timer (or the server's
+ * goodbye) removes it.
  */
 function guardCheckouts(
   pool: pg.Pool,
@@ -122,6 +182,19 @@ function guardCheckouts(
 ): void {
   const idleSince = new WeakMap<pg.PoolClient, number>();
   pool.on('release', (_err, client) => idleSince.set(client as pg.PoolClient, Date.now()));
+  // pg-pool takes its own error listener off a client when it hands it out,
+  // before the caller can add one; a FATAL message that arrives in the same
+  // read as the connect's ReadyForQuery (a backend terminated right after its
+  // startup) is then emitted with no listener, and Node ends the process
+  // (the faults test's "terminating connection due to administrator
+  // command"). So every client gets a listener for its whole life, from
+  // before its first hand-out, and the checkout below looks at what it saw.
+  const failed = new WeakMap<pg.ClientBase, Error>();
+  pool.on('connect', (client) => {
+    client.on('error', (err: Error) => {
+      if (!failed.has(client)) failed.set(client, err);
+    });
+  });
   const checkout = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
   const fresh = async (): Promise<pg.PoolClient> => {
     for (let failures = 0; ; ) {
@@ -129,8 +202,18 @@ function guardCheckouts(
       try {
         client = await checkout();
       } catch (err) {
-        if (failures++ < opts.connectRetries && isConnectionError(err)) continue;
+        // A connect that timed out has spent the caller's whole budget:
+        // trying again would double the bound.
+        if (failures++ < opts.connectRetries && isConnectionError(err) && !isSilence(err)) {
+          continue;
+        }
         throw err;
+      }
+      const lost = failed.get(client);
+      if (lost) {
+        client.release(lost);
+        if (failures++ < opts.connectRetries) continue;
+        throw lost;
       }
       const since = idleSince.get(client);
       if (opts.staleAfterMs !== undefined && since !== undefined) {
@@ -155,38 +238,58 @@ function guardCheckouts(
   }) as pg.Pool['connect'];
 }
 
+// node-postgres' messages for a query whose reply did not come within
+// query_timeout, a connect that did not finish within connectionTimeoutMillis
+// (the pool's timer or the client's own), and a wait for a pool slot that did
+// not end within it.
+const SILENCE =
+  /^Query read timeout$|due to connection timeout|^timeout expired$|timeout exceeded when trying to connect/i;
+
+/**
+ * Whether the database did not answer within the client's bound (a query
+ * timeout, a connect timeout): the network or the server is silent. Every
+ * call after it would wait out the same bound.
+ */
+export function isSilence(err: unknown): boolean {
+  return err instanceof Error && sqlState(err) === undefined && SILENCE.test(err.message);
+}
+
 /**
  * Whether an error means the connection itself is gone or unusable (the
- * server ended it, failed over, or could not be reached), rather than a
- * statement that failed on a healthy connection. Such a request may be sent
- * again on a fresh connection: it answers 503.
+ * server ended it, failed over, could not be reached, or went silent past the
+ * query timeout), rather than a statement that failed on a healthy
+ * connection. Such a connection is never used again, and the request may be
+ * sent again on a fresh one: it answers 503.
  */
 export function isConnectionError(err: unknown): boolean {
   const code = sqlState(err);
   if (code !== undefined) {
     // Class 08: connection exception; 57P01-57P05: the server is shutting
-    // down, crashed, cannot accept connections yet, or ended an idle session.
-    return code.startsWith('08') || /^57P0[1-5]$/.test(code);
+    // down, crashed, cannot accept connections yet, or ended an idle
+    // session; 25P03: it ended a session idle in a transaction.
+    return code.startsWith('08') || /^57P0[1-5]$/.test(code) || code === '25P03';
   }
   if (!(err instanceof Error)) return false;
   const sys = (err as NodeJS.ErrnoException).code;
   if (sys && ['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH'].includes(sys)) {
     return true;
   }
-  // node-postgres' own messages for a socket that closed, a client that saw a
-  // connection error, and a pool that could not connect in time.
-  return /Connection terminated|not queryable|timeout exceeded when trying to connect|Connection ended/i.test(
-    err.message,
-  );
+  // A query that timed out leaves the connection mid-protocol: its reply (or
+  // nothing) may still come, so the connection cannot carry another query.
+  if (isSilence(err)) return true;
+  // node-postgres' own messages for a socket that closed and a client that
+  // saw a connection error.
+  return /Connection terminated|not queryable|Connection ended/i.test(err.message);
 }
 
 /**
- * Runs `fn` with a client checked out of the pool. While it is out, the client
- * has an error listener: a FATAL message from the server (a terminated
- * backend, a failover, an idle-session timeout) that arrives between two
- * queries is an 'error' event, and without a listener Node ends the process.
- * The client goes back to the pool unless its connection broke, in which case
- * it is closed and the next caller gets a fresh one.
+ * Runs `fn` with a client checked out of the pool. A FATAL message from the
+ * server (a terminated backend, a failover, an idle-session timeout) that
+ * arrives between two queries is an 'error' event on the client (every
+ * client of createPool has a listener, see guardCheckouts); the one here
+ * marks the client broken. The client goes back to the pool unless its
+ * connection broke or went silent, in which case it is closed and the next
+ * caller gets a fresh one.
  */
 export async function withClient<T>(
   pool: Pool,

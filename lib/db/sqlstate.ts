@@ -10,6 +10,7 @@ export const SQLSTATE = {
   lockNotAvailable: '55P03',
   queryCanceled: '57014',
   idleInTransactionTimeout: '25P03',
+  tooManyConnections: '53300',
 } as const;
 
 /** Errors after which running the whole transaction again can succeed. */

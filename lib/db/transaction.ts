@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { AppError } from '../errors.ts';
-import { type Pool, withClient } from './pool.ts';
+import { UnavailableError } from '../errors.ts';
+import { isConnectionError, type Pool, queryTimeoutFor, withClient } from './pool.ts';
 import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
 
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
@@ -14,7 +14,11 @@ export interface TransactionOptions {
   maxRetries?: number;
   /** Retry at once with a fresh snapshot instead of backing off (claims). */
   immediate?: boolean;
-  /** `statement_timeout` for this transaction only; 0 disables it. Default 5 s. */
+  /**
+   * `statement_timeout` for this transaction only; 0 disables it. Default 5 s.
+   * The client waits for each reply this long plus a margin (queryTimeoutFor),
+   * and no longer: past it the connection is taken for silent and destroyed.
+   */
   statementTimeoutMs?: number;
   /** `idle_in_transaction_session_timeout` for this transaction only. Default 10 s. */
   idleTimeoutMs?: number;
@@ -41,25 +45,19 @@ export interface TransactionResult<T> {
 
 /**
  * Raised when a transaction still hit 40001/40P01 after its last allowed
- * retry. It answers 500, not 409: on the runner routes a 409 means "your lease
- * is gone, stop the task", and this only means "try again".
+ * retry. It answers 503 unavailable, not 409: on the runner routes a 409
+ * means "your lease is gone, stop the task", and this only means "try again"
+ * (it rolled back; nothing of it committed).
  */
-export class TransactionConflictError extends AppError {
+export class TransactionConflictError extends UnavailableError {
   readonly retries: number;
   readonly sqlState: string | undefined;
   constructor(retries: number, cause: unknown) {
-    super(
-      500,
-      'internal',
-      `the database was too busy with conflicting changes (${retries} retries); try again`,
-      { cause },
-    );
+    super(`the database was too busy with conflicting changes (${retries} retries); try again`, {
+      cause,
+    });
     this.retries = retries;
     this.sqlState = sqlState(cause);
-  }
-  // The message says nothing about the data, and tells the client to retry.
-  override get expose(): boolean {
-    return true;
   }
 }
 
@@ -83,6 +81,23 @@ function backoffMs(retry: number): number {
 function nonNegativeInt(name: string, v: number): number {
   if (!Number.isInteger(v) || v < 0) throw new TypeError(`${name} must be a non-negative integer`);
   return v;
+}
+
+/**
+ * The transaction's client as `fn` sees it: each query carries the client-side
+ * bound that matches the transaction's own statement_timeout, which may be
+ * longer than the pool's default (a cancel that waits 30 s for row locks) or
+ * off (migrations).
+ */
+function boundedTx(client: pg.PoolClient, queryTimeoutMs: number): Tx {
+  // node-postgres reads query_timeout from a query's config, though its
+  // types do not list it.
+  const query = (config: string | pg.QueryConfig, values?: unknown[]) => {
+    const bounded = typeof config === 'string' ? { text: config } : { ...config };
+    Object.assign(bounded, { query_timeout: queryTimeoutMs });
+    return client.query(bounded, values);
+  };
+  return { query: query as Tx['query'] };
 }
 
 function beginSql(opts: TransactionOptions): string {
@@ -119,19 +134,25 @@ export async function transactionWithStats<T>(
 ): Promise<TransactionResult<T>> {
   const maxRetries = nonNegativeInt('maxRetries', opts.maxRetries ?? DEFAULTS.maxRetries);
   const begin = beginSql(opts);
+  const queryTimeoutMs = queryTimeoutFor(opts.statementTimeoutMs ?? DEFAULTS.statementTimeoutMs);
   for (let retries = 0; ; retries++) {
     try {
       const value = await withClient(pool, async (client, markBroken) => {
-        await client.query(begin);
+        const tx = boundedTx(client, queryTimeoutMs);
+        await tx.query(begin);
         try {
-          const value = await fn(client);
-          await client.query('commit');
+          const value = await fn(tx);
+          await tx.query('commit');
           return value;
         } catch (err) {
+          // On a broken or silent connection a rollback would only wait out
+          // another query timeout: the server rolls back when the connection
+          // closes, and withClient closes it.
+          if (isConnectionError(err)) throw err;
           // A rollback that fails means the connection is unusable (server
           // gone, socket closed): close it rather than hand it to the next
           // caller.
-          await client.query('rollback').catch(markBroken);
+          await tx.query('rollback').catch(markBroken);
           throw err;
         }
       });

@@ -169,7 +169,8 @@ test('a transaction that keeps conflicting ends in a typed conflict error after 
   );
   assert.ok(err instanceof TransactionConflictError);
   assert.ok(!(err instanceof ConflictError), 'not a 409: on runner routes that means a lost lease');
-  assert.equal(err.status, 500);
+  assert.equal(err.status, 503, 'unavailable: the client sends it again');
+  assert.equal(err.code, 'unavailable');
   assert.equal(err.expose, true);
   assert.equal(err.retries, 2);
   assert.equal(err.sqlState, SQLSTATE.serializationFailure);
@@ -205,7 +206,11 @@ test('timeouts are set per transaction and never left on the connection', async 
     assert.deepEqual(inside, ['1500ms', '2500ms']);
     // The pool has one connection, so this runs on the same session.
     const after = await pool.query('show statement_timeout');
-    assert.equal(after.rows[0].statement_timeout, '0', 'SET LOCAL ended with the transaction');
+    assert.equal(
+      after.rows[0].statement_timeout,
+      '8s',
+      "SET LOCAL ended with the transaction: the session's own bound is back",
+    );
   } finally {
     await pool.end();
   }

@@ -10,7 +10,9 @@ export type WireFault =
   /** The statement reaches the server; once the server answered ReadyForQuery (committed), both sides are cut and the reply is dropped. */
   | 'lose-reply'
   /** The statement reaches the server; from then on nothing passes either way and the sockets stay open. */
-  | 'freeze';
+  | 'freeze'
+  /** The message reaches the server; that connection's replies are then held as by holdReplies, until releaseReplies. */
+  | 'hold-replies';
 
 export interface TcpProxy {
   port: number;
@@ -29,6 +31,22 @@ export interface TcpProxy {
   freezeAll(): void;
   /** Bytes pass again, buffered ones first. */
   thawAll(): void;
+  /**
+   * The server's bytes, on every connection old and new, are read and kept
+   * instead of passed on (the client's still reach the server). A server that
+   * closes meanwhile keeps its connection's client side open until release.
+   */
+  holdReplies(): void;
+  /**
+   * Passes on what was held, each connection's bytes in one write (so the
+   * client reads them together, as one TCP segment on loopback), then closes
+   * the client side of those whose server had closed.
+   */
+  releaseReplies(): void;
+  /** Per connection with held bytes: how many, and whether its server has closed. */
+  held(): Array<{ bytes: number; serverClosed: boolean }>;
+  /** Connections the proxy has accepted so far. */
+  accepted(): number;
   /** Connections open through the proxy right now. */
   open(): number;
   close(): Promise<void>;
@@ -38,6 +56,9 @@ interface Pair {
   client: net.Socket;
   server: net.Socket;
   frozen: boolean;
+  holding: boolean;
+  held: Buffer[];
+  serverClosed: boolean;
 }
 
 // ReadyForQuery: 'Z', length 5, then the transaction status. Seen after a
@@ -51,6 +72,8 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   const port = Number(target.port || 5432);
   const pairs = new Set<Pair>();
   let allFrozen = false;
+  let holding = false;
+  let accepted = 0;
   interface Armed {
     marker: Buffer;
     fault: WireFault;
@@ -70,8 +93,16 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   };
 
   const proxy = net.createServer((client) => {
+    accepted++;
     const server = net.connect(port, host);
-    const pair: Pair = { client, server, frozen: false };
+    const pair: Pair = {
+      client,
+      server,
+      frozen: false,
+      holding: false,
+      held: [],
+      serverClosed: false,
+    };
     pairs.add(pair);
     let losing: Armed | null = null;
     const end = () => {
@@ -79,10 +110,16 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
       client.destroy();
       server.destroy();
     };
+    // While replies are held, a server that closed has said its last words
+    // into the held bytes: the client hears them, and the close, at release.
+    const serverGone = () => {
+      if ((holding || pair.holding) && pair.held.length > 0) pair.serverClosed = true;
+      else end();
+    };
     client.on('error', end);
-    server.on('error', end);
+    server.on('error', serverGone);
     client.on('close', end);
-    server.on('close', end);
+    server.on('close', serverGone);
     client.on('data', (chunk: Buffer) => {
       const i = armed.findIndex((a) => chunk.includes(a.marker));
       if (i < 0) {
@@ -94,6 +131,9 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
       if (fault!.fault === 'freeze') {
         pair.frozen = true;
         pause(pair);
+        fault!.done();
+      } else if (fault!.fault === 'hold-replies') {
+        pair.holding = true;
         fault!.done();
       } else {
         losing = fault!;
@@ -114,6 +154,10 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
             }
           })();
         }
+        return;
+      }
+      if (holding || pair.holding) {
+        pair.held.push(chunk);
         return;
       }
       client.write(chunk);
@@ -144,6 +188,32 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
       allFrozen = false;
       for (const p of pairs) resume(p);
     },
+    holdReplies() {
+      holding = true;
+    },
+    releaseReplies() {
+      holding = false;
+      for (const p of [...pairs]) {
+        p.holding = false;
+        if (p.held.length === 0) continue;
+        const bytes = Buffer.concat(p.held);
+        p.held = [];
+        if (p.serverClosed) {
+          p.client.end(bytes);
+          pairs.delete(p);
+        } else {
+          p.client.write(bytes);
+        }
+      }
+    },
+    held: () =>
+      [...pairs]
+        .filter((p) => p.held.length > 0)
+        .map((p) => ({
+          bytes: p.held.reduce((n, b) => n + b.length, 0),
+          serverClosed: p.serverClosed,
+        })),
+    accepted: () => accepted,
     open: () => pairs.size,
     async close() {
       for (const p of pairs) {
