@@ -22,8 +22,12 @@ export async function cancelJobsTx(
   jobIds: string[],
   reason: string,
   opts: {
-    /** Post no status for cancelled jobs of this commit (a newer job of it reports instead). */
-    quietForSha?: string;
+    /**
+     * Post no status for cancelled jobs of this commit and trust (a newer job
+     * reports under the same context instead). A job of the other trust posts
+     * under the other context, which nothing else would finish.
+     */
+    quietFor?: { sha: string; trusted: boolean };
   } = {},
 ): Promise<string[]> {
   if (jobIds.length === 0) return [];
@@ -32,8 +36,8 @@ export async function cancelJobsTx(
   // The state is read under the lock, so a job approved meanwhile is
   // cancelled as the pending job it now is, not declined as the blocked one
   // it was.
-  const { rows } = await tx.query<{ id: string; state: string; sha: string }>(
-    `select id, state, sha from jobs where id = any($1::uuid[]) and state = any($2::text[])
+  const { rows } = await tx.query<{ id: string; state: string; sha: string; trusted: boolean }>(
+    `select id, state, sha, trusted from jobs where id = any($1::uuid[]) and state = any($2::text[])
       order by id for update`,
     [jobIds, UNFINISHED_JOB_STATES],
   );
@@ -47,8 +51,8 @@ export async function cancelJobsTx(
       where id = any($1::uuid[])`,
     [cancelled, reason, [...declined], `declined: ${reason}`],
   );
-  for (const { id, sha } of rows) {
-    if (sha === opts.quietForSha) continue;
+  for (const { id, sha, trusted } of rows) {
+    if (sha === opts.quietFor?.sha && trusted === opts.quietFor.trusted) continue;
     const what = declined.has(id) ? 'declined' : 'cancelled';
     await enqueueStatus(tx, id, 'error', `${what}: ${reason}`);
   }

@@ -167,14 +167,16 @@ async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
           order by number`,
         [job.project_id, job.ref, job.number, UNFINISHED_JOB_STATES],
       );
-      // The forge keeps one status per commit: a cancelled job of the same
-      // commit must not report, or its "cancelled" would land after the new
-      // job's status (written in the creation's commit, before this one).
+      // The forge keeps one status per commit and context: a cancelled job of
+      // the same commit and trust must not report, or its "cancelled" would
+      // land after the new job's status (written in the creation's commit,
+      // before this one). One of the other trust reports under the other
+      // context, where nothing newer will replace it.
       return cancelJobsTx(
         tx,
         older.rows.map((r) => r.id),
         `superseded by job #${job.number}`,
-        { quietForSha: job.sha },
+        { quietFor: { sha: job.sha, trusted: job.trusted } },
       );
     },
     LOCK_WAITING,
