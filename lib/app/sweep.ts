@@ -1,4 +1,5 @@
 import type { AppContext } from '../context.ts';
+import { unavailability } from '../db/index.ts';
 import { hasOpenWork } from '../idle/work.ts';
 import { log } from '../log.ts';
 import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
@@ -9,36 +10,56 @@ import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses
  * One sweep: the scheduler's repairs (each lost compile dispatched right
  * after its own commit), the commit statuses still due, and retention. With
  * `opts.deadline`, nothing new starts once it has passed: the summary counts
- * what was left in `deferred` (and `skipped`, naming the steps not run).
- * Answers the counts.
+ * what was left in `deferred` (and `skipped`, naming the steps not run). A
+ * failure that passes (a lock or statement timeout, a lost connection) is
+ * counted in `deferred` and logged as a warning; a database that stopped
+ * answering ends the sweep there. Answers the counts.
  */
 export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
+  const halt = opts.halt ?? new AbortController();
   const { dispatch: _ids, ...repairs } = await sweep(ctx.pool, {
     dispatch: (jobId) => dispatchCompile(ctx, jobId),
     ...opts,
+    halt,
   });
-  const outOfTime = () => opts.deadline !== undefined && Date.now() >= opts.deadline;
+  const outOfTime = () =>
+    halt.signal.aborted || (opts.deadline !== undefined && Date.now() >= opts.deadline);
   const skipped = [...repairs.skipped];
-  let statuses: DeliverySummary = {
-    statuses_delivered: 0,
-    statuses_superseded: 0,
-    statuses_failed: 0,
-    statuses_given_up: 0,
+  let deferred = repairs.deferred;
+  // Statuses and retention are whole steps: one that meets a failure that
+  // passes is left for the next sweep as a repair is.
+  const step = async <T>(name: string, none: T, run: () => Promise<T>): Promise<T> => {
+    if (outOfTime()) {
+      skipped.push(name);
+      return none;
+    }
+    try {
+      return await run();
+    } catch (err) {
+      const kind = unavailability(err);
+      if (!kind) throw err;
+      if (kind === 'silent') halt.abort(err);
+      deferred++;
+      skipped.push(name);
+      log('warn', `sweep: ${name} deferred to the next sweep`, { err });
+      return none;
+    }
   };
-  if (outOfTime()) skipped.push('statuses');
-  else statuses = await deliverStatuses(ctx.pool, ctx.keyring, statusOptions(ctx));
-  let purged = { log_chunks_purged: 0, jobs_purged: 0 };
-  if (outOfTime()) skipped.push('retention');
-  else {
-    purged = await purgeExpired(ctx.pool, {
+  const statuses: DeliverySummary = await step(
+    'statuses',
+    { statuses_delivered: 0, statuses_superseded: 0, statuses_failed: 0, statuses_given_up: 0 },
+    () => deliverStatuses(ctx.pool, ctx.keyring, statusOptions(ctx)),
+  );
+  const purged = await step('retention', { log_chunks_purged: 0, jobs_purged: 0 }, () =>
+    purgeExpired(ctx.pool, {
       logDays: ctx.config.CONDUCTOR_RETENTION_LOG_DAYS,
       jobDays: ctx.config.CONDUCTOR_RETENTION_JOB_DAYS,
-    });
-  }
-  const summary = { ...repairs, ...statuses, ...purged, skipped };
+    }),
+  );
+  const summary = { ...repairs, deferred, ...statuses, ...purged, skipped };
   const { statuses_delivered: _d, skipped: _s, ...worth } = summary;
-  if (skipped.length > 0 || repairs.deferred > 0) {
-    log('warn', 'sweep ran out of time; the next sweep does the rest', summary);
+  if (skipped.length > 0 || deferred > 0) {
+    log('warn', 'sweep left work for the next sweep', summary);
   } else if (Object.values(worth).some((n) => n > 0)) {
     log('info', 'sweep repaired', summary);
   }

@@ -10,13 +10,14 @@ import type {
   Context,
 } from 'aws-lambda';
 import type { z } from 'zod';
-import { isConnectionError } from '../db/pool.ts';
 import { sqlState } from '../db/sqlstate.ts';
+import { asUnavailable, unavailability } from '../db/unavailable.ts';
 import {
   AppError,
   BadRequestError,
   NotFoundError,
   PayloadTooLargeError,
+  RETRY_AFTER_S,
   UnavailableError,
   ValidationError,
   type ValidationIssue,
@@ -162,8 +163,26 @@ function errorReply(err: unknown, requestId: string): HttpResult {
   let message = 'internal error';
   let extra: Record<string, unknown> = {};
   let details: Record<string, unknown> = {};
-  if (err instanceof UnavailableError) log('warn', 'request ended early', { err });
-  if (err instanceof AppError && err.expose) {
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    'x-request-id': requestId,
+  };
+  // An error the domain raised on purpose answers as itself; anything else
+  // that passes (a lock or statement timeout, a lost or silent connection, a
+  // conflict past its retries) is a 503 the runner retries, never a 500.
+  const unavailable =
+    err instanceof AppError && err.expose && !(err instanceof UnavailableError)
+      ? undefined
+      : asUnavailable(err);
+  if (unavailable) {
+    // Nothing about the request was wrong; sent again it gets a fresh
+    // connection, a fresh snapshot, and locks that have likely moved on.
+    log('warn', 'request answered unavailable', { err, cause_kind: unavailability(err) });
+    status = 503;
+    code = unavailable.code;
+    message = unavailable.message;
+    headers['retry-after'] = String(unavailable.retryAfterS);
+  } else if (err instanceof AppError && err.expose) {
     status = err.status;
     code = err.code;
     message = err.message;
@@ -176,20 +195,12 @@ function errorReply(err: unknown, requestId: string): HttpResult {
     status = 400;
     code = 'bad_request';
     message = 'a value in the request is out of range or not valid text';
-  } else if (isConnectionError(err)) {
-    // The database connection ended (a failover, a restart, a terminated
-    // backend) or could not be made: nothing about the request was wrong,
-    // and sent again it gets a fresh connection.
-    log('warn', 'the database connection was lost', { err });
-    status = 503;
-    code = 'unavailable';
-    message = 'the database is unavailable; try again';
   } else {
     log('error', 'request failed', { err });
   }
   return {
     statusCode: status,
-    headers: { 'content-type': 'application/json', 'x-request-id': requestId },
+    headers,
     // Details go beside the error too, where a client reads them (`size` of a
     // log conflict).
     body: JSON.stringify({
@@ -287,7 +298,9 @@ export function httpFunction(
   const handler = middy<HttpEvent, HttpResult>({
     timeoutEarlyInMillis: 1_500,
     timeoutEarlyResponse: () => {
-      throw new UnavailableError('the request ran out of time; try again');
+      throw new UnavailableError('the request ran out of time; try again', {
+        retryAfterS: RETRY_AFTER_S.silent,
+      });
     },
   })
     .use(injectLambdaContext(logger))

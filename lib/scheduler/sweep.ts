@@ -3,7 +3,7 @@
 // transaction that re-checks state and lease under a row lock: one long sweep
 // transaction would be aborted by any heartbeat on a row it touched, and would
 // hold locks runners are waiting for.
-import { type Pool, transaction } from '../db/index.ts';
+import { type Pool, transaction, unavailability } from '../db/index.ts';
 import { formatDuration } from '../duration.ts';
 import { log } from '../log.ts';
 import type { TaskState } from '../states.ts';
@@ -32,6 +32,13 @@ export interface SweepOptions {
    * by the next sweep. Default: no deadline.
    */
   deadline?: number;
+  /**
+   * Aborted by the sweep when the database stops answering (a query or a
+   * connect that timed out): every later call would wait out the same bound,
+   * so nothing new starts, as past the deadline. The caller sees it and skips
+   * its own steps; aborting it from outside stops the sweep the same way.
+   */
+  halt?: AbortController;
   /**
    * Starts the compile of a pending job the sweep found lost, right after the
    * transaction that marked it dispatched committed. The compile counts its
@@ -66,9 +73,17 @@ export interface SweepSummary {
   compiles_failed: number;
   /** Repairs that failed; each is logged, and the sweep went on with the rest. */
   errors: number;
-  /** Candidates left for the next sweep because the deadline came first. */
+  /**
+   * Candidates left for the next sweep: the deadline came first, or the
+   * repair met a failure that passes (a lock or statement timeout, a lost or
+   * silent connection, a conflict past its retries; logged at warn).
+   */
   deferred: number;
-  /** Steps not started because the deadline had passed (the next sweep runs them). */
+  /**
+   * Steps not run (the next sweep runs them): the deadline had passed, the
+   * database went silent, or finding the step's candidates met a failure that
+   * passes (counted in `deferred` too).
+   */
   skipped: string[];
   /** Jobs whose compile this sweep dispatched again. */
   dispatch: string[];
@@ -243,7 +258,17 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     skipped: [],
     dispatch: [],
   };
-  const outOfTime = () => opts.deadline !== undefined && Date.now() >= opts.deadline;
+  const halt = opts.halt ?? new AbortController();
+  const outOfTime = () =>
+    halt.signal.aborted || (opts.deadline !== undefined && Date.now() >= opts.deadline);
+  // A failure that passes is the next sweep's to retry, and a warning, not
+  // an error: under load a held row lock is routine. A silent database ends
+  // this sweep, since each further call would wait out its whole bound.
+  const passing = (err: unknown): boolean => {
+    const kind = unavailability(err);
+    if (kind === 'silent') halt.abort(err);
+    return kind !== undefined;
+  };
   // One row that keeps failing (a statement timeout on a huge job, say) must
   // not stop the repairs after it, in this sweep or the next. Past the
   // deadline no new repair starts: each one left is counted, and the next
@@ -257,8 +282,13 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
       try {
         await repair(row);
       } catch (err) {
-        summary.errors++;
-        log('error', `sweep: ${what} failed`, { row, err });
+        if (passing(err)) {
+          summary.deferred++;
+          log('warn', `sweep: ${what} deferred to the next sweep`, { row, err });
+        } else {
+          summary.errors++;
+          log('error', `sweep: ${what} failed`, { row, err });
+        }
       }
     }
   };
@@ -271,7 +301,15 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     sql: string,
     values: unknown[],
   ): Promise<{ rows: R[] }> => {
-    if (!outOfTime()) return pool.query<R>(sql, values);
+    if (!outOfTime()) {
+      try {
+        return await pool.query<R>(sql, values);
+      } catch (err) {
+        if (!passing(err)) throw err;
+        summary.deferred++;
+        log('warn', `sweep: finding ${step} failed; the next sweep looks again`, { err });
+      }
+    }
     summary.skipped.push(step);
     return { rows: [] };
   };
