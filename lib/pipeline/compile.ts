@@ -34,6 +34,11 @@ export interface CompiledTask {
   secrets: string[];
   outputs: string[];
   allowFailure: boolean;
+  /**
+   * A failed expansion of this matrix task cancels its siblings (fail_fast). Always set by the
+   * compiler; optional so that tasks copied from before it existed need not say.
+   */
+  failFast?: boolean;
   maxAttempts: number;
   timeoutS: number;
   /** How long the task may wait in the queue before it fails for want of a worker. */
@@ -237,6 +242,7 @@ function build(
         secrets: [...secrets],
         outputs: [...outputs],
         allowFailure: task.allow_failure ?? false,
+        failFast: task.fail_fast ?? false,
         maxAttempts: (task.retries ?? defaults.retries ?? DEFAULT_RETRIES) + 1,
         timeoutS: task.timeout ?? defaults.timeout ?? DEFAULT_TIMEOUT_S,
         queueTimeoutS: task.queue_timeout ?? defaults.queue_timeout ?? DEFAULT_QUEUE_TIMEOUT_S,

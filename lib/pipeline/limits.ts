@@ -13,6 +13,30 @@ export const MAX_PIPELINE_BYTES = MiB;
 /** The most tasks one job may hold after matrix expansion, counted before `only` filtering. */
 export const MAX_TASKS = 500;
 
+/**
+ * The most tasks one matrix task may expand to, after exclude and include; its axes' values may
+ * not make more combinations either (exclude is no way around it), as GitHub's limit per matrix.
+ */
+export const MAX_MATRIX_EXPANSIONS = 256;
+
+/** How deep `include:` may nest: the pipeline file includes files that include files, and no further. */
+export const MAX_INCLUDE_DEPTH = 3;
+
+/** The most files `include:` may read for one compile, each at most MAX_PIPELINE_BYTES. */
+export const MAX_INCLUDED_FILES = 20;
+
+/** The longest path `include:` may name. */
+export const MAX_INCLUDE_PATH_CHARS = 256;
+
+/** How deep `extends` may chain: a task extends a hidden task that extends another, and so on. */
+export const MAX_EXTENDS_DEPTH = 10;
+
+/**
+ * The most map entries `extends` may copy while merging, in all: a hidden task with a big env
+ * extended by thousands of hidden tasks would otherwise copy it thousands of times.
+ */
+export const MAX_EXTENDED_VALUES = 100_000;
+
 /** The most outputs one task may promise; each expansion of each producer is a variable to check. */
 export const MAX_OUTPUTS = 100;
 

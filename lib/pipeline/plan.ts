@@ -1,16 +1,17 @@
 import { findCycles } from './graph.ts';
-import type { IssueList, PathSegment } from './issues.ts';
-import { MAX_OUTPUTS, MAX_TASK_NAME_CHARS, MAX_TASKS } from './limits.ts';
-import { quote, type Suggester } from './messages.ts';
+import type { IssueList } from './issues.ts';
+import { MAX_OUTPUTS, MAX_TASKS } from './limits.ts';
 import {
-  cartesian,
-  envFragment,
-  matrixTaskName,
-  TASK_NAME_PATTERN,
-  VAR_NAME_PATTERN,
-} from './names.ts';
-import { MatrixSchema } from './schema.ts';
-import { asWritten, isPlainMap, type Loc, type Plain } from './source.ts';
+  axisProduct,
+  type Combination,
+  checkNameLengths,
+  combine,
+  type MatrixSpec,
+  readMatrix,
+} from './matrix.ts';
+import { quote, type Suggester } from './messages.ts';
+import { envFragment, matrixTaskName, TASK_NAME_PATTERN, VAR_NAME_PATTERN } from './names.ts';
+import { isPlainMap, type Loc, type Plain } from './source.ts';
 
 /** One compiled task before defaults are applied: its name and matrix values. */
 export interface Expansion {
@@ -33,7 +34,8 @@ interface Draft {
   task: Plain;
   needs: string[];
   needIndex: Map<string, number>;
-  axes: Array<[string, string[]]> | null;
+  /** The matrix, 'none' for a task without one, null for one that cannot be used. */
+  matrix: MatrixSpec | 'none' | null;
 }
 
 const MAX_CLASHES = 100;
@@ -73,21 +75,43 @@ export function planTasks(
       );
     }
     const task = tasks[key] ?? null;
-    const draft: Draft = { key, loc, task, needs: [], needIndex: new Map(), axes: null };
+    const draft: Draft = { key, loc, task, needs: [], needIndex: new Map(), matrix: null };
     readNeeds(draft, known, keys, issues, suggester);
-    draft.axes = readMatrix(draft, issues);
+    const matrix = isPlainMap(task) ? task.matrix : undefined;
+    const matrixLoc = loc.entries?.get('matrix');
+    draft.matrix =
+      matrix === undefined
+        ? 'none'
+        : matrixLoc
+          ? readMatrix(matrix, matrixLoc, ['tasks', key, 'matrix'], issues, suggester)
+          : null;
     drafts.push(draft);
   }
   reportCycles(drafts, issues);
 
+  // Combinations are made only while the job stays within MAX_TASKS: a file of thousands of
+  // tasks extending one 256-way matrix must not make millions of them to find out.
   let total = 0;
-  for (const draft of drafts) {
-    let count = 1;
-    for (const [, values] of draft.axes ?? []) count *= values.length;
-    total += count;
-  }
+  let exact = true;
+  const combos = drafts.map((draft): Combination[] | null => {
+    const spec = draft.matrix;
+    if (spec === 'none') {
+      total += 1;
+      return [[]];
+    }
+    if (spec === null) return null;
+    if (total > MAX_TASKS) {
+      total += axisProduct(spec.axes) + spec.includes.length;
+      if (spec.excludes.length > 0 || spec.includes.length > 0) exact = false;
+      return null;
+    }
+    const made = combine(spec, issues);
+    total += made?.length ?? 0;
+    return made;
+  });
   if (total > MAX_TASKS) {
-    const count = Number.isSafeInteger(total) ? `${total} tasks` : 'too many tasks';
+    const count =
+      exact && Number.isSafeInteger(total) ? `${total} tasks` : `more than ${MAX_TASKS} tasks`;
     issues.add(
       tasksLoc.offset,
       ['tasks'],
@@ -96,10 +120,10 @@ export function planTasks(
     return null;
   }
 
-  const plans = drafts.map((draft) => ({
+  const plans = drafts.map((draft, i) => ({
     key: draft.key,
     needs: draft.needs,
-    expansions: draft.axes && expand(draft, issues),
+    expansions: expand(draft, combos[i] ?? null, issues),
   }));
   // Clashing task names clash in every output too; reporting those again would be noise.
   if (checkNames(drafts, plans, issues)) checkNeededOutputs(drafts, plans, issues);
@@ -137,83 +161,11 @@ function* others(keys: readonly string[], self: string): Generator<string> {
   for (const key of keys) if (key !== self) yield key;
 }
 
-// The matrix axes with values stringified as written, or null when there is no usable matrix
-// (no matrix at all gives one expansion with no axes: []).
-function readMatrix(draft: Draft, issues: IssueList): Array<[string, string[]]> | null {
-  const matrix = isPlainMap(draft.task) ? draft.task.matrix : undefined;
-  if (matrix === undefined) return [];
-  const matrixLoc = draft.loc.entries?.get('matrix');
-  if (!isPlainMap(matrix) || !matrixLoc?.entries || !MatrixSchema.safeParse(matrix).success) {
-    return null;
-  }
-  const path: PathSegment[] = ['tasks', draft.key, 'matrix'];
-  if (matrixLoc.entries.size === 0) {
-    issues.add(matrixLoc.offset, path, 'must have at least one key');
-    return null;
-  }
-  let usable = true;
-  const byFragment = new Map<string, string>();
-  const axes: Array<[string, string[]]> = [];
-  for (const [key, loc] of matrixLoc.entries) {
-    // The runner passes each value as CONDUCTOR_MATRIX_<KEY>.
-    const fragment = envFragment(key);
-    const earlier = byFragment.get(fragment);
-    if (fragment === '') {
-      issues.add(loc.keyOffset, [...path, key], `matrix key ${quote(key)} needs a letter or digit`);
-      usable = false;
-    } else if (earlier !== undefined) {
-      issues.add(
-        loc.keyOffset,
-        [...path, key],
-        `matrix keys ${quote(earlier)} and ${quote(key)} would both be passed on as CONDUCTOR_MATRIX_${fragment}`,
-      );
-      usable = false;
-    } else {
-      byFragment.set(fragment, key);
-    }
-    const raw = matrix[key];
-    const values = (Array.isArray(raw) ? raw : []).map((value, i) =>
-      asWritten(value, loc.items?.[i] ?? null),
-    );
-    const seen = new Set<string>();
-    values.forEach((value, i) => {
-      if (seen.has(value)) {
-        const offset = loc.items?.[i]?.offset ?? loc.offset;
-        issues.add(
-          offset,
-          [...path, key, i],
-          `duplicate matrix value ${quote(value)}: the same task would run twice`,
-        );
-        usable = false;
-      }
-      seen.add(value);
-    });
-    axes.push([key, values]);
-  }
-  if (!usable) return null;
-  // The longest name any expansion gets: every axis at its longest value.
-  const longest = matrixTaskName(
-    draft.key,
-    axes.map(([key, values]): [string, string] => [
-      key,
-      values.reduce((a, b) => (b.length > a.length ? b : a), ''),
-    ]),
-  );
-  if (longest.length > MAX_TASK_NAME_CHARS) {
-    issues.add(
-      matrixLoc.offset,
-      path,
-      `expands to task names of up to ${longest.length} characters, such as ${quote(longest)}; at most ${MAX_TASK_NAME_CHARS} characters per task name are allowed`,
-    );
-    return null;
-  }
-  return axes;
-}
-
-function expand(draft: Draft, issues: IssueList): Expansion[] | null {
-  if (draft.axes === null) return null;
-  if (draft.axes.length === 0) return [{ name: draft.key, matrix: [] }];
-  const expansions = cartesian(draft.axes).map((matrix) => ({
+function expand(draft: Draft, combos: Combination[] | null, issues: IssueList): Expansion[] | null {
+  if (combos === null) return null;
+  if (draft.matrix === 'none' || draft.matrix === null) return [{ name: draft.key, matrix: [] }];
+  if (!checkNameLengths(draft.key, combos, draft.matrix, issues)) return null;
+  const expansions = combos.map((matrix) => ({
     name: matrixTaskName(draft.key, matrix),
     matrix,
   }));

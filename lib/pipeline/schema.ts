@@ -113,15 +113,57 @@ const OutputsSchema = z
     });
   });
 
-/** A task's matrix: key → non-empty list of values. An empty matrix and clashing keys are
- * checked with the task graph, where the keys' positions are known. */
-export const MatrixSchema = z.record(
-  nameSchema(
-    MATRIX_KEY_PATTERN,
-    'matrix key',
-    'letters, digits, _ and -, starting with a letter or _',
-  ),
-  z.array(ScalarSchema).min(1, 'must have at least one value'),
+const MatrixKeySchema = nameSchema(
+  MATRIX_KEY_PATTERN,
+  'matrix key',
+  'letters, digits, _ and -, starting with a letter or _',
+);
+
+/** One entry of a matrix's `include` or `exclude`: matrix key → value. */
+const CombinationSchema = z
+  .record(MatrixKeySchema, ScalarSchema)
+  .refine((combination) => Object.keys(combination).length > 0, 'must name at least one key');
+
+/** Marks a custom issue to be reported at its key rather than its value (see toProblems). */
+const AT_KEY = { target: 'key' };
+
+/** The reserved keys of a matrix; every other key is an axis. */
+export const MATRIX_RESERVED_KEYS: readonly string[] = ['include', 'exclude'];
+
+/**
+ * A task's matrix: axes (key → non-empty list of values), and optionally `exclude` and `include`
+ * (lists of key → value). An empty matrix, clashing keys, and what include and exclude name are
+ * checked with the task graph, where the keys' positions are known.
+ */
+export const MatrixSchema = z
+  .object({
+    include: z.array(CombinationSchema).optional(),
+    exclude: z.array(CombinationSchema).optional(),
+  })
+  .catchall(z.array(ScalarSchema).min(1, 'must have at least one value'))
+  .superRefine((matrix, ctx) => {
+    // A catchall does not check key names; a record would, but cannot give include and exclude
+    // their own shape.
+    for (const key of Object.keys(matrix)) {
+      if (MATRIX_RESERVED_KEYS.includes(key) || MatrixKeySchema.safeParse(key).success) continue;
+      ctx.addIssue({
+        code: 'custom',
+        path: [key],
+        params: AT_KEY,
+        message: `${quote(key)} is not a valid matrix key (letters, digits, _ and -, starting with a letter or _)`,
+      });
+    }
+  });
+
+/** The names `extends` takes: one hidden task, or a list of them. */
+const ExtendsSchema = z.union(
+  [z.string(), z.array(z.string()).min(1, 'must name at least one hidden task')],
+  {
+    error: (issue) =>
+      issue.input === undefined
+        ? undefined
+        : `expected a hidden task's name or a list of them, got ${describeValue(issue.input)}`,
+  },
 );
 
 /** One entry under `tasks:`. */
@@ -142,8 +184,14 @@ export const TaskSchema = z.strictObject({
     .optional(),
   outputs: OutputsSchema.optional(),
   matrix: MatrixSchema.optional(),
+  fail_fast: z.boolean().optional(),
+  // Resolved before the schema sees the task (lib/pipeline/extends.ts); checked here for its shape.
+  extends: ExtendsSchema.optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
+
+/** A hidden task (its name starts with "."): any part of a task, for others to extend. */
+export const HiddenTaskSchema = TaskSchema.partial();
 
 /** The `defaults:` section: settings every task starts from. */
 export const DefaultsSchema = z.strictObject({
@@ -168,6 +216,8 @@ export const PipelineFileSchema = z.strictObject({
     .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
     .optional(),
   defaults: DefaultsSchema.optional(),
+  // Its items are checked as the files are read (lib/pipeline/include.ts), where their files are.
+  include: z.unknown().optional(),
   // Task names are checked with the graph, so a badly named task still has its body checked.
   tasks: z.record(z.string(), TaskSchema),
 });
@@ -222,8 +272,14 @@ const errorMap: z.core.$ZodErrorMap = (issue) => {
   }
 };
 
-function knownKeys(path: readonly PathSegment[]): string[] {
-  if (path.length === 0) return Object.keys(PipelineFileSchema.shape);
+/** What an included file may hold: tasks (hidden ones too) and more includes. */
+export const IncludedFileSchema = z.strictObject({
+  tasks: z.record(z.string(), z.unknown()),
+  include: z.unknown().optional(),
+});
+
+function knownKeys(path: readonly PathSegment[], top: readonly string[]): string[] {
+  if (path.length === 0) return [...top];
   if (path.length === 1 && path[0] === 'defaults') return Object.keys(DefaultsSchema.shape);
   if (path.length === 2 && path[0] === 'tasks') return Object.keys(TaskSchema.shape);
   return [];
@@ -234,6 +290,7 @@ function toProblems(
   prefix: PathSegment[],
   out: SchemaProblem[],
   suggester: Suggester,
+  top: readonly string[],
 ): void {
   const path = [
     ...prefix,
@@ -241,7 +298,7 @@ function toProblems(
   ];
   if (issue.code === 'unrecognized_keys') {
     for (const key of issue.keys) {
-      const hint = suggester.suggest(key, knownKeys(path));
+      const hint = suggester.suggest(key, knownKeys(path, top));
       out.push({
         path,
         at: [...path, key],
@@ -255,13 +312,17 @@ function toProblems(
     out.push({ path, at: path, target: 'key', message: issue.issues[0]?.message ?? issue.message });
     return;
   }
+  if (issue.code === 'custom' && issue.params?.target === AT_KEY.target) {
+    out.push({ path, at: path, target: 'key', message: issue.message });
+    return;
+  }
   if (issue.code === 'invalid_union') {
     // Report the branch that got inside the value (a list with one bad item), if one did.
     const branch = issue.errors.find(
       (errors) => errors.length > 0 && errors.every((inner) => inner.path.length > 0),
     );
     if (branch) {
-      for (const inner of branch) toProblems(inner, path, out, suggester);
+      for (const inner of branch) toProblems(inner, path, out, suggester, top);
       return;
     }
   }
@@ -287,9 +348,28 @@ export function checkPipelineFile(
   file: PipelineFile | null;
   problems: SchemaProblem[];
 } {
-  const result = PipelineFileSchema.safeParse(value, { error: errorMap });
-  if (result.success) return { file: result.data, problems: [] };
+  const { data, problems } = checkWith(PipelineFileSchema, value, [], suggester);
+  return { file: data, problems };
+}
+
+/**
+ * Checks a value against one of the schemas above, as found at `prefix` in its file (a hidden
+ * task at ['tasks', '.base'], an included file at []); each problem says where it belongs.
+ */
+export function checkWith<T>(
+  schema: z.ZodType<T>,
+  value: unknown,
+  prefix: PathSegment[],
+  suggester: Suggester,
+): { data: T | null; problems: SchemaProblem[] } {
+  const result = schema.safeParse(value, { error: errorMap });
+  if (result.success) return { data: result.data, problems: [] };
+  const top = Object.keys(
+    schema === (IncludedFileSchema as unknown)
+      ? IncludedFileSchema.shape
+      : PipelineFileSchema.shape,
+  );
   const problems: SchemaProblem[] = [];
-  for (const issue of result.error.issues) toProblems(issue, [], problems, suggester);
-  return { file: null, problems };
+  for (const issue of result.error.issues) toProblems(issue, prefix, problems, suggester, top);
+  return { data: null, problems };
 }

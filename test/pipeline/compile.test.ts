@@ -31,6 +31,7 @@ describe('compilePipeline', () => {
           secrets: [],
           outputs: [],
           allowFailure: false,
+          failFast: false,
           maxAttempts: 3,
           timeoutS: 3600,
           queueTimeoutS: 86_400,

@@ -471,7 +471,8 @@ describe('task graph errors', () => {
         lint: { script: [x], only: nowhere }
         test:
           script: [x]
-          matrix: { a: [1, 2, 3, 4, 5, 6, 7, 8], b: [1, 2, 3, 4, 5, 6, 7, 8], c: [1, 2, 3, 4, 5, 6, 7, 8] }
+          matrix: &m { a: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16], b: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16] }
+        test2: { script: [x], matrix: *m }
     `;
     const message = 'the pipeline expands to 513 tasks; at most 500 tasks per job are allowed';
     assert.equal(show(onlyIssue(text)), `3:3 tasks: ${message}`);
@@ -483,11 +484,12 @@ describe('task graph errors', () => {
 
   test('exactly 500 tasks after expansion compile', () => {
     const values = (n: number) => `[${Array.from({ length: n }, (_, i) => i).join(', ')}]`;
+    const matrix = `{ a: ${values(10)}, b: ${values(25)} }`;
     const pipeline = compile(
-      task(`{ script: [x], matrix: { a: ${values(20)}, b: ${values(25)} } }`),
+      `version: 1\ntasks:\n  t: { script: [x], matrix: ${matrix} }\n  u: { script: [x], matrix: ${matrix} }\n`,
     );
     assert.equal(pipeline.tasks.length, 500);
-    assert.equal(pipeline.tasks.at(-1)?.name, 't (a: 19, b: 24)');
+    assert.equal(pipeline.tasks.at(-1)?.name, 'u (a: 9, b: 24)');
   });
 });
 
