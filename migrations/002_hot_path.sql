@@ -1,12 +1,19 @@
 -- The task cycle's three steps (claim, a successful outcome, the follow-up) as
 -- PL/pgSQL functions, each called in one statement that commits on its own.
 --
+-- (These comments were corrected after the application's sessions moved to
+-- REPEATABLE READ, issue #12; docs/scheduling.md, "Isolation". The code
+-- below is as first applied.)
+--
 -- Why functions:
--- * One round trip per step, and each statement inside reads with its own,
---   newer snapshot (at READ COMMITTED, PostgreSQL's default, which these
---   functions assume): the claim reads the outputs of a task's needs after it
---   has locked the task, so it sees every output committed before the task
---   was queued.
+-- * One round trip per step. The application's sessions run at REPEATABLE
+--   READ (a startup option, lib/db/pool.ts), so every statement inside reads
+--   the snapshot the calling statement took: the claim locks a task that was
+--   last changed before that snapshot, so its promotion, and every output
+--   committed before the promotion, are visible. A row that another
+--   transaction changed and committed after the snapshot raises 40001 when a
+--   statement here locks or writes it, and the caller runs the call again at
+--   once with a fresh snapshot.
 -- * Plans that do not depend on statistics. Queued tasks arrive in bursts and
 --   new databases have none, so estimates are usually far off: the planner
 --   read and sorted every queued task on each claim (5.5 ms a claim with 1,500
@@ -36,11 +43,12 @@ create type conductor_claimed as (
 
 -- Claims the oldest job's queued task whose labels are all among p_labels,
 -- under a new attempt and lease. SKIP LOCKED passes over tasks other claimers
--- hold; a task another claimer took and committed after this query's snapshot
--- is re-checked against its new version, fails state = 'queued', and is
--- passed over too. A cancel changes the job and its queued tasks in one
--- commit, so that re-check also covers the job. Nothing claimable: no row, and
--- nothing written.
+-- hold right now; a task another claimer took and committed after this
+-- query's snapshot raises 40001 when the walk reaches it (at READ COMMITTED it
+-- would be re-checked and passed over), and the caller claims again with a
+-- fresh snapshot. A cancel changes the job and its queued tasks in one
+-- commit, so a task this can lock belongs to a job running in its snapshot.
+-- Nothing claimable: no row, and nothing written.
 create function conductor_claim(p_worker uuid, p_labels text[], p_lease_s integer)
 returns setof conductor_claimed
 language plpgsql volatile
@@ -107,8 +115,8 @@ $$;
 -- flagged for cancel: task, attempt and outputs in one commit. Answers the
 -- job's id, or null when nothing matched (a stale or foreign lease, a repeat,
 -- a cancel flag), which the caller handles in a transaction. A cancel or a
--- lease expiry that commits while this waits for the row makes the UPDATE
--- re-check its WHERE against their commit and match nothing.
+-- lease expiry that commits after this statement's snapshot makes the UPDATE
+-- fail with 40001; the caller runs it again, and it then matches nothing.
 create function conductor_complete_success(
   p_task uuid, p_lease uuid, p_worker uuid,
   p_error text, p_exit_code integer, p_transient boolean, p_outputs jsonb
@@ -150,7 +158,8 @@ $$;
 -- status to post, for a project with a forge token and a forge URL, with a
 -- summary such as "7 passed, 1 allowed to fail". Answers the new state, or
 -- null when the job is not running or has work left. Of two racing settles the
--- second waits for the job row, re-checks state = 'running', and answers null.
+-- second waits for the job row and fails with 40001 when the first commits;
+-- run again with a fresh snapshot, it answers null.
 create function conductor_settle(p_job uuid) returns text
 language plpgsql volatile
 set enable_seqscan = off
