@@ -1,15 +1,24 @@
 // Compiling a job: settle its trust when the forge must confirm it, read
 // .conductor.yml at the job's commit from the forge (or a local repository),
+// and the files its `include:` names from the same commit the same way,
 // compile it, and start the job with its tasks or fail it with every error. No
 // transaction is open while the forge is asked.
 import type { AppContext } from '../context.ts';
 import type { Pool } from '../db/index.ts';
 import { confirmGiteaWriters, type WriterVerdict } from '../forge/permission.ts';
-import { ForgeUnavailableError, fetchPipelineFile } from '../forge/pipeline-file.ts';
+import {
+  ForgeUnavailableError,
+  fetchPipelineFile,
+  type PipelineSource,
+} from '../forge/pipeline-file.ts';
 import { log } from '../log.ts';
 import {
+  type CompiledPipeline,
   compilePipeline,
   formatIssue,
+  type IncludedFile,
+  MAX_INCLUDE_DEPTH,
+  needsFiles,
   type PipelineCompiler,
   PipelineError,
 } from '../pipeline/index.ts';
@@ -67,19 +76,20 @@ export async function compileJob(
     if (settled !== 'pending') return settled;
   }
 
+  const source: PipelineSource = {
+    forge: project.forge,
+    repo: project.repo,
+    repoUrl: project.repo_url,
+    forgeUrl: project.forge_url,
+    githubApiUrl,
+    // The control plane reads the file with the project's token even for a
+    // fork's pull request: the token never reaches that job's runner.
+    token: forgeToken(keyring, project),
+    sha: job.sha,
+  };
   let text: string;
   try {
-    const file = await fetchPipelineFile({
-      forge: project.forge,
-      repo: project.repo,
-      repoUrl: project.repo_url,
-      forgeUrl: project.forge_url,
-      githubApiUrl,
-      // The control plane reads the file with the project's token even for a
-      // fork's pull request: the token never reaches that job's runner.
-      token: forgeToken(keyring, project),
-      sha: job.sha,
-    });
+    const file = await fetchPipelineFile(source);
     if (!file.found) {
       await failJob(pool, jobId, file.reason);
       return 'failed';
@@ -90,19 +100,47 @@ export async function compileJob(
     throw err;
   }
 
-  let compiled: Awaited<ReturnType<PipelineCompiler>>;
-  try {
-    compiled = await compile(text, {
-      ref: job.ref,
-      event: job.trigger,
-      baseRef: job.base_ref,
-    });
-  } catch (err) {
-    if (err instanceof PipelineError) {
-      await failJob(pool, jobId, err.issues.map((i) => formatIssue(i)).join('\n'), err.issues);
-      return 'failed';
+  const trigger = { ref: job.ref, event: job.trigger, baseRef: job.base_ref };
+  const files = new Map<string, IncludedFile>();
+  let compiled: CompiledPipeline | null = null;
+  // Each round compiles with the files read so far and reads the ones the
+  // compile names next: one round per level of `include:`, and one more.
+  for (let round = 0; compiled === null; round++) {
+    let result: Awaited<ReturnType<PipelineCompiler>>;
+    try {
+      result = await compile(text, trigger, files);
+    } catch (err) {
+      if (err instanceof PipelineError) {
+        await failJob(pool, jobId, err.issues.map((i) => formatIssue(i)).join('\n'), err.issues);
+        return 'failed';
+      }
+      throw err;
     }
-    throw err;
+    if (!needsFiles(result)) {
+      compiled = result;
+      break;
+    }
+    // The compiler bounds the depth itself; this only keeps a bug from looping.
+    if (round >= MAX_INCLUDE_DEPTH) {
+      throw new Error(
+        `the compile still asked for ${result.toRead.join(', ')} after ${round + 1} rounds`,
+      );
+    }
+    try {
+      // The files of one level at once, outside any transaction. A file the
+      // commit lacks (or the forge refuses) is the compiler's to report, at
+      // the include that names it; an outage leaves the job pending.
+      const read = await Promise.all(
+        result.toRead.map((path) => fetchPipelineFile(source, { path })),
+      );
+      result.toRead.forEach((path, i) => {
+        const file = read[i];
+        if (file) files.set(path, file.found ? { text: file.text } : { error: file.reason });
+      });
+    } catch (err) {
+      if (err instanceof ForgeUnavailableError) return unavailable(pool, jobId, err);
+      throw err;
+    }
   }
   const started = await startJob(pool, jobId, compiled);
   return started.started ? 'started' : 'not_pending';

@@ -54,26 +54,30 @@ export function isLocalRepo(repoUrl: string): boolean {
   return /^file:\/\//i.test(repoUrl) || isAbsolute(repoUrl);
 }
 
-/** Reads `.conductor.yml` at the sha. */
+/**
+ * Reads `.conductor.yml` at the sha; with `path`, another file of the same commit, the same way
+ * (a file the pipeline's `include:` names: a path from the repository root the compiler checked).
+ */
 export async function fetchPipelineFile(
   src: PipelineSource,
-  opts: { timeoutMs?: number } = {},
+  opts: { timeoutMs?: number; path?: string } = {},
 ): Promise<FetchResult> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  if (isLocalRepo(src.repoUrl)) return readFromGit(src.repoUrl, src.sha, timeoutMs);
-  const request = forgeRequest(src);
+  const file = opts.path ?? PIPELINE_FILE;
+  if (isLocalRepo(src.repoUrl)) return readFromGit(src.repoUrl, src.sha, timeoutMs, file);
+  const request = forgeRequest(src, file);
   if ('found' in request) return request;
-  return readFromForge(src, request, timeoutMs);
+  return readFromForge(src, request, timeoutMs, file);
 }
 
-const notFound = (sha: string): FetchResult => ({
+const notFound = (sha: string, file: string): FetchResult => ({
   found: false,
-  reason: `no ${PIPELINE_FILE} at ${sha}`,
+  reason: `no ${file} at ${sha}`,
 });
 
-const tooLarge = (sha: string): FetchResult => ({
+const tooLarge = (sha: string, file: string): FetchResult => ({
   found: false,
-  reason: `${PIPELINE_FILE} at ${sha} is larger than ${MAX_READ_BYTES / (1024 * 1024)} MiB`,
+  reason: `${file} at ${sha} is larger than ${MAX_READ_BYTES / (1024 * 1024)} MiB`,
 });
 
 interface ForgeRequest {
@@ -83,7 +87,7 @@ interface ForgeRequest {
   headers: Record<string, string>;
 }
 
-function forgeRequest(src: PipelineSource): ForgeRequest | FetchResult {
+function forgeRequest(src: PipelineSource, file: string): ForgeRequest | FetchResult {
   const parts = src.repo.split('/');
   const [owner, name] = parts;
   if (parts.length !== 2 || !owner || !name) {
@@ -98,17 +102,18 @@ function forgeRequest(src: PipelineSource): ForgeRequest | FetchResult {
   }
   const path = `repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
   const ref = encodeURIComponent(src.sha);
+  const filePath = file.split('/').map(encodeURIComponent).join('/');
   if (src.forge === 'github') {
     return {
       base: api,
-      url: `${api}/${path}/contents/${PIPELINE_FILE}?ref=${ref}`,
+      url: `${api}/${path}/contents/${filePath}?ref=${ref}`,
       // The raw media type answers the file's bytes instead of base64 inside JSON.
       headers: forgeHeaders('github', src.token, 'application/vnd.github.raw+json'),
     };
   }
   return {
     base: (src.forgeUrl ?? '').replace(/\/+$/, ''),
-    url: `${api}/${path}/raw/${PIPELINE_FILE}?ref=${ref}`,
+    url: `${api}/${path}/raw/${filePath}?ref=${ref}`,
     headers: forgeHeaders('gitea', src.token, '*/*'),
   };
 }
@@ -117,11 +122,12 @@ async function readFromForge(
   src: PipelineSource,
   request: ForgeRequest,
   timeoutMs: number,
+  file: string,
 ): Promise<FetchResult> {
   const forge = `${forgeName(src.forge)} at ${request.base}`;
   const unavailable = (what: string, cause?: unknown) =>
     new ForgeUnavailableError(
-      `${forge} ${what} while reading ${PIPELINE_FILE} at ${src.sha}`,
+      `${forge} ${what} while reading ${file} at ${src.sha}`,
       cause === undefined ? undefined : { cause },
     );
   let answer: ForgeAnswer;
@@ -152,12 +158,12 @@ async function readFromForge(
 
   const status = answer.status;
   if (answer.kind === 'ok') {
-    if (answer.body === null) return tooLarge(src.sha);
+    if (answer.body === null) return tooLarge(src.sha, file);
     if (status === 200) return { found: true, text: answer.body.toString('utf8') };
   }
   // GitHub also answers 404 for a private repository the token cannot see; the reason cannot
   // tell the two apart, so it stays the plain fact.
-  if (status === 404) return notFound(src.sha);
+  if (status === 404) return notFound(src.sha, file);
   if (answer.kind === 'rate_limited')
     throw unavailable(`rate-limited the request (HTTP ${status})`);
   if (answer.kind === 'retryable') throw unavailable(`answered HTTP ${status}`);
@@ -173,7 +179,7 @@ async function readFromForge(
   // Any other answer (400, 422, ...) is the forge rejecting this request for good.
   return {
     found: false,
-    reason: `${forge} answered HTTP ${status} for ${PIPELINE_FILE} at ${src.sha}`,
+    reason: `${forge} answered HTTP ${status} for ${file} at ${src.sha}`,
   };
 }
 
@@ -181,7 +187,12 @@ async function readFromForge(
 // expression, so it is refused before git sees it.
 const GIT_SHA = /^[0-9a-fA-F]{4,64}$/;
 
-async function readFromGit(repoUrl: string, sha: string, timeoutMs: number): Promise<FetchResult> {
+async function readFromGit(
+  repoUrl: string,
+  sha: string,
+  timeoutMs: number,
+  file: string,
+): Promise<FetchResult> {
   let path: string;
   try {
     path = /^file:\/\//i.test(repoUrl) ? fileURLToPath(repoUrl) : resolve(repoUrl);
@@ -197,10 +208,10 @@ async function readFromGit(repoUrl: string, sha: string, timeoutMs: number): Pro
     ['rev-parse', '--verify', '--quiet', `${sha}^{commit}`],
     timeoutMs,
   );
-  if (commit.kind !== 'exit') return gitFailure(commit, path, sha, timeoutMs);
+  if (commit.kind !== 'exit') return gitFailure(commit, path, sha, timeoutMs, file);
   // With --quiet, an unknown or non-commit object exits 1 without a word; 128 is git giving up
   // on the repository itself (missing path, not a repository, unsafe ownership).
-  if (commit.code === 1) return notFound(sha);
+  if (commit.code === 1) return notFound(sha, file);
   if (commit.code !== 0) {
     return {
       found: false,
@@ -208,11 +219,11 @@ async function readFromGit(repoUrl: string, sha: string, timeoutMs: number): Pro
     };
   }
   const full = commit.stdout.toString('utf8').trim();
-  const file = await runGit(path, ['cat-file', 'blob', `${full}:${PIPELINE_FILE}`], timeoutMs);
-  if (file.kind !== 'exit') return gitFailure(file, path, sha, timeoutMs);
+  const blob = await runGit(path, ['cat-file', 'blob', `${full}:${file}`], timeoutMs);
+  if (blob.kind !== 'exit') return gitFailure(blob, path, sha, timeoutMs, file);
   // The commit exists, so a failure here means no such file (or a directory by that name).
-  if (file.code !== 0) return notFound(sha);
-  return { found: true, text: file.stdout.toString('utf8') };
+  if (blob.code !== 0) return notFound(sha, file);
+  return { found: true, text: blob.stdout.toString('utf8') };
 }
 
 type GitRun =
@@ -225,6 +236,7 @@ function gitFailure(
   path: string,
   sha: string,
   timeoutMs: number,
+  file: string,
 ): FetchResult {
   switch (run.kind) {
     case 'missing':
@@ -236,10 +248,10 @@ function gitFailure(
     case 'timeout':
       // A slow disk or a huge repository may do better next time; let the caller retry.
       throw new ForgeUnavailableError(
-        `git did not answer within ${timeoutMs} ms reading ${PIPELINE_FILE} at ${sha} from ${path}`,
+        `git did not answer within ${timeoutMs} ms reading ${file} at ${sha} from ${path}`,
       );
     case 'too_large':
-      return tooLarge(sha);
+      return tooLarge(sha, file);
     case 'error':
       return { found: false, reason: `could not run git for ${path}: ${errorText(run.error)}` };
   }

@@ -1,19 +1,36 @@
+import { isInherited, resolveExtends, type TaskEntry } from './extends.ts';
 import type { Trigger } from './glob.ts';
 import { refMatches } from './glob.ts';
 import { withDependents } from './graph.ts';
-import { type IssueList, PipelineError } from './issues.ts';
+import { type IncludedFiles, type ReadFile, readIncludes } from './include.ts';
+import { IssueList, PipelineError } from './issues.ts';
 import { describeBytes, MAX_JOB_BYTES, MAX_PIPELINE_BYTES, MAX_TASK_BYTES } from './limits.ts';
 import { quote, Suggester, type SuggestionCost } from './messages.ts';
 import { type Expansion, planTasks, type TaskPlan } from './plan.ts';
 import {
   checkPipelineFile,
+  checkWith,
   DEFAULT_QUEUE_TIMEOUT_S,
   DEFAULT_RETRIES,
   DEFAULT_TIMEOUT_S,
+  HiddenTaskSchema,
+  IncludedFileSchema,
   type PipelineFile,
+  type SchemaProblem,
   type Task,
 } from './schema.ts';
-import { asWritten, type Loc, locAt, locate, readSource } from './source.ts';
+import {
+  AliasBudget,
+  asWritten,
+  isPlainMap,
+  type Loc,
+  locAt,
+  locate,
+  type Plain,
+  type PlainMap,
+  readSource,
+  type Source,
+} from './source.ts';
 
 /** One task of a job, ready to be stored: defaults applied, matrix expanded, needs resolved. */
 export interface CompiledTask {
@@ -53,24 +70,41 @@ export interface CompiledPipeline {
   tasks: CompiledTask[];
 }
 
+/** Compiling stopped short: these files, named under `include:`, are to be read and handed in. */
+export interface FilesToRead {
+  toRead: string[];
+}
+
+/** What compiling gives: the pipeline, or the included files it still needs. */
+export type CompileResult = CompiledPipeline | FilesToRead;
+
+/** True when a compile still needs included files read. */
+export function needsFiles(result: CompileResult): result is FilesToRead {
+  return 'toRead' in result;
+}
+
 /** A compiler of pipeline files: compilePipeline itself, or one that runs it elsewhere (lib/pipeline/worker.ts). */
 export type PipelineCompiler = (
   text: string,
   trigger: Trigger,
-) => CompiledPipeline | Promise<CompiledPipeline>;
+  files?: IncludedFiles,
+) => CompileResult | Promise<CompileResult>;
 
 /**
- * Compiles the text of a pipeline file for a trigger; throws PipelineError, and only that.
+ * Compiles the text of a pipeline file for a trigger, with the included files read so far;
+ * throws PipelineError, and only that. When the file includes files not among `files`, answers
+ * their paths instead (FilesToRead): read them at the same commit and compile again with them.
  * `cost`, when given, is told what the compile spent on suggestions (tests, measurements).
  */
 export function compilePipeline(
   text: string,
   trigger: Trigger,
+  files: IncludedFiles = new Map(),
   cost?: SuggestionCost,
-): CompiledPipeline {
+): CompileResult {
   const suggester = new Suggester();
   try {
-    return compile(text, trigger, suggester);
+    return compile(text, trigger, files, suggester);
   } catch (error) {
     if (error instanceof PipelineError) throw error;
     // Callers rely on seeing nothing but PipelineError; a bug here must fail the job, not the worker.
@@ -87,7 +121,12 @@ export function compilePipeline(
   }
 }
 
-function compile(text: string, trigger: Trigger, suggester: Suggester): CompiledPipeline {
+function compile(
+  text: string,
+  trigger: Trigger,
+  files: IncludedFiles,
+  suggester: Suggester,
+): CompileResult {
   if (typeof text !== 'string') {
     throw new PipelineError([
       { line: 1, column: 1, path: '', message: 'the pipeline file must be text' },
@@ -99,25 +138,123 @@ function compile(text: string, trigger: Trigger, suggester: Suggester): Compiled
     const message = `the file is ${bytes} bytes; at most ${describeBytes(MAX_PIPELINE_BYTES)} are allowed`;
     throw new PipelineError([{ line: 1, column: 1, path: '', message }]);
   }
-  const source = readSource(text);
-  const { issues } = source;
+  const issues = new IssueList();
+  const budget = new AliasBudget();
+  const source = readSource(text, { issues, budget });
   if (!source.ok) throw issues.toError();
   if (source.empty) {
     issues.add(0, [], 'the file is empty; it needs at least version and tasks');
     throw issues.toError();
   }
-  const { file, problems } = checkPipelineFile(source.value, suggester);
-  for (const problem of problems) {
-    issues.add(locate(source.loc, problem.at, problem.target), problem.path, problem.message);
-  }
-  const plans = planTasks(source.value, source.loc, issues, suggester);
+  const included = readIncludes(source, files, issues, budget);
+  // Every file is read before anything is reported, so one compile reports the problems of all.
+  if (included.toRead.length > 0) return { toRead: included.toRead };
+  // Broken YAML in an included file: as in the pipeline file, nothing past it can be trusted.
+  if (issues.size > 0 && included.broken) throw issues.toError();
+  const merged = mergeFiles(source, included.files, issues, suggester);
+  const { file, problems } = checkPipelineFile(merged.value, suggester);
+  report(problems, merged.loc, merged.inherited, issues);
+  const plans = planTasks(merged.value, merged.loc, issues, suggester);
   if (issues.size > 0 || file === null || plans === null) {
     if (issues.size === 0) issues.add(0, [], 'the pipeline could not be compiled');
     throw issues.toError();
   }
-  const pipeline = build(file, plans, source.loc, trigger, issues);
+  const pipeline = build(file, plans, merged.loc, trigger, issues);
   if (pipeline === null) throw issues.toError();
   return pipeline;
+}
+
+// Schema problems at their locations, leaving out those in inherited values: each is reported
+// once, at the hidden task where the value is written.
+function report(
+  problems: readonly SchemaProblem[],
+  root: Loc,
+  inherited: Set<Loc>,
+  issues: IssueList,
+): void {
+  for (const problem of problems) {
+    if (isInherited(root, problem.at, inherited)) continue;
+    issues.add(locate(root, problem.at, problem.target), problem.path, problem.message);
+  }
+}
+
+/**
+ * The pipeline as one document: the pipeline file with the tasks of every included file added
+ * to its own (a name defined twice is an error naming both places), `extends` resolved, and
+ * hidden tasks checked on their own and left out.
+ */
+function mergeFiles(
+  main: Source,
+  included: readonly ReadFile[],
+  issues: IssueList,
+  suggester: Suggester,
+): { value: Plain; loc: Loc; inherited: Set<Loc> } {
+  const entries: TaskEntry[] = [];
+  const definedAt = new Map<string, number>();
+  const add = (tasks: Plain, loc: Loc | undefined) => {
+    if (!isPlainMap(tasks) || !loc?.entries) return;
+    for (const [name, taskLoc] of loc.entries) {
+      const earlier = definedAt.get(name);
+      if (earlier !== undefined) {
+        issues.add(
+          taskLoc.keyOffset,
+          ['tasks', name],
+          `task ${quote(name)} is defined twice: here and at ${issues.where(earlier)}`,
+        );
+        continue;
+      }
+      definedAt.set(name, taskLoc.keyOffset);
+      entries.push({ name, value: tasks[name] ?? null, loc: taskLoc });
+    }
+  };
+  const root = main.value;
+  const rootLoc = main.loc;
+  const tasksLoc = rootLoc.entries?.get('tasks');
+  if (isPlainMap(root)) add(root.tasks ?? null, tasksLoc);
+  for (const file of included) {
+    const { problems } = checkWith(IncludedFileSchema, file.source.value, [], suggester);
+    for (const problem of problems) {
+      issues.add(
+        locate(file.source.loc, problem.at, problem.target),
+        problem.path,
+        problem.message,
+      );
+    }
+    const value = file.source.value;
+    if (isPlainMap(value)) add(value.tasks ?? null, file.source.loc.entries?.get('tasks'));
+  }
+  const usable =
+    isPlainMap(root) && rootLoc.entries && (root.tasks === undefined || tasksLoc?.entries);
+  if (!usable) return { value: root, loc: rootLoc, inherited: new Set() };
+
+  const resolved = resolveExtends(entries, issues, suggester);
+  for (const hidden of resolved.hidden) {
+    const prefix = ['tasks', hidden.name];
+    const { problems } = checkWith(HiddenTaskSchema, hidden.value, prefix, suggester);
+    report(
+      problems.map((problem) => ({ ...problem, at: problem.at.slice(prefix.length) })),
+      hidden.loc,
+      resolved.inherited,
+      issues,
+    );
+  }
+  if (resolved.tasks.length === 0 && resolved.hidden.length === 0 && root.tasks === undefined) {
+    return { value: root, loc: rootLoc, inherited: resolved.inherited };
+  }
+  const tasks: PlainMap = Object.create(null);
+  const taskLocs = new Map<string, Loc>();
+  for (const task of resolved.tasks) {
+    tasks[task.name] = task.value;
+    taskLocs.set(task.name, task.loc);
+  }
+  const value: PlainMap = Object.create(null);
+  Object.assign(value, root, { tasks });
+  const entriesLoc = new Map(rootLoc.entries);
+  entriesLoc.set('tasks', {
+    ...(tasksLoc ?? { ...rootLoc, items: null }),
+    entries: taskLocs,
+  });
+  return { value, loc: { ...rootLoc, entries: entriesLoc }, inherited: resolved.inherited };
 }
 
 // Sizes are counted as a claim hands the strings out: JSON-quoted and escaped, in UTF-8 bytes.

@@ -1,10 +1,14 @@
 export {
   type CompiledPipeline,
   type CompiledTask,
+  type CompileResult,
   compilePipeline,
+  type FilesToRead,
+  needsFiles,
   type PipelineCompiler,
 } from './compile.ts';
 export { refMatches, type Trigger } from './glob.ts';
+export type { IncludedFile, IncludedFiles } from './include.ts';
 export { formatIssue, PipelineError, type PipelineIssue } from './issues.ts';
-export { MAX_PIPELINE_BYTES, MAX_TASKS, PIPELINE_FILE } from './limits.ts';
+export { MAX_INCLUDE_DEPTH, MAX_PIPELINE_BYTES, MAX_TASKS, PIPELINE_FILE } from './limits.ts';
 export { envFragment } from './names.ts';

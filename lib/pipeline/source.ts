@@ -58,22 +58,43 @@ export function isPlainMap(value: unknown): value is PlainMap {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Parses YAML text into plain data plus locations, reporting YAML errors with their positions. */
-export function readSource(text: string): Source {
+/**
+ * What aliases may still copy in one compile: shared by every file it reads, so twenty included
+ * files cannot each spend the limits of one.
+ */
+export class AliasBudget {
+  values = 0;
+  bytes = 0;
+}
+
+export interface ReadOptions {
+  /** The compile's issues, when this file is one of several (`include:`); else a list of its own. */
+  issues?: IssueList;
+  /** The included file's path; absent for the pipeline file. */
+  name?: string;
+  budget?: AliasBudget;
+}
+
+/**
+ * Parses YAML text into plain data plus locations, reporting YAML errors with their positions.
+ * Every offset it keeps is past the offsets of the files read before it into the same issues.
+ */
+export function readSource(text: string, options: ReadOptions = {}): Source {
   const lines = new LineCounter();
-  const issues = new IssueList(lines);
+  const issues = options.issues ?? new IssueList();
+  const { base } = issues.addFile(options.name ?? null, text.length, lines);
   const broken: Source = {
     ok: false,
     empty: false,
     value: null,
-    loc: { offset: 0, keyOffset: 0, text: null, entries: null, items: null },
+    loc: { offset: base, keyOffset: base, text: null, entries: null, items: null },
     issues,
   };
   let doc: Document.Parsed | undefined;
   try {
     const tokens = parseTokens(text, lines);
     if (typeof tokens === 'number') {
-      issues.add(tokens, [], `nested more than ${MAX_DEPTH} levels deep`);
+      issues.add(base + tokens, [], `nested more than ${MAX_DEPTH} levels deep`);
       return broken;
     }
     // Duplicate keys are reported by the converter, which knows the path of their map.
@@ -82,22 +103,33 @@ export function readSource(text: string): Source {
       if (doc === undefined) {
         doc = next;
       } else {
-        issues.add(next.range[0], [], 'invalid YAML: the file must hold a single YAML document');
+        issues.add(
+          base + next.range[0],
+          [],
+          'invalid YAML: the file must hold a single YAML document',
+        );
         return broken;
       }
     }
   } catch (error) {
     const reason = error instanceof Error ? error.message : 'unknown error';
-    issues.add(0, [], `could not parse the YAML: ${reason}`);
+    issues.add(base, [], `could not parse the YAML: ${reason}`);
     return broken;
   }
   if (doc === undefined) return { ...broken, ok: true, empty: true };
   if (doc.errors.length > 0) {
-    for (const error of doc.errors) issues.add(error.pos[0], [], `invalid YAML: ${error.message}`);
+    for (const error of doc.errors) {
+      issues.add(base + error.pos[0], [], `invalid YAML: ${error.message}`);
+    }
     return broken;
   }
-  const converter = new Converter(anchorTargets(doc.contents), issues);
-  const [value, loc] = converter.convert(doc.contents, 0, [], 0, false);
+  const converter = new Converter(
+    anchorTargets(doc.contents),
+    issues,
+    base,
+    options.budget ?? new AliasBudget(),
+  );
+  const [value, loc] = converter.convert(doc.contents, base, [], 0, false);
   if (converter.broken) return broken;
   return { ok: true, empty: doc.contents === null, value, loc, issues };
 }
@@ -181,10 +213,13 @@ function leaf(value: Plain, offset: number, text: string | null = null): Convert
   return [value, { offset, keyOffset: offset, text, entries: null, items: null }];
 }
 
-function startOf(node: unknown, fallback: number): number {
+// `base` places the node's file in the compile's offset space (IssueList.addFile).
+function startOf(node: unknown, fallback: number, base: number): number {
   if (isScalar(node) && node.value === null && !node.source) return fallback;
-  if (isScalar(node) || isMap(node) || isSeq(node) || isAlias(node))
-    return node.range?.[0] ?? fallback;
+  if (isScalar(node) || isMap(node) || isSeq(node) || isAlias(node)) {
+    const start = node.range?.[0];
+    return start === undefined ? fallback : base + start;
+  }
   return fallback;
 }
 
@@ -195,11 +230,10 @@ function isMergeKey(key: unknown): boolean {
 class Converter {
   readonly #targets: Map<Alias, unknown>;
   readonly #issues: IssueList;
+  readonly #base: number;
+  readonly #budget: AliasBudget;
   // Collections being converted right now: an alias to one of them would recurse forever.
   readonly #active = new Set<unknown>();
-  #aliased = 0;
-  // Text copied through aliases, in UTF-8 bytes: scalars and keys, however deep inside the alias.
-  #aliasedBytes = 0;
   // The outermost alias being expanded right now: where a limit it crosses is reported.
   #expanding: { offset: number; path: PathSegment[] } | null = null;
   #exhausted = false;
@@ -207,9 +241,13 @@ class Converter {
    * schema on what remains would only add confusing follow-up errors. */
   broken = false;
 
-  constructor(targets: Map<Alias, unknown>, issues: IssueList) {
+  constructor(targets: Map<Alias, unknown>, issues: IssueList, base: number, budget: AliasBudget) {
     this.#targets = targets;
     this.#issues = issues;
+    this.#base = base;
+    // Values copied through aliases, and their text in UTF-8 bytes (scalars and keys, however
+    // deep inside the alias).
+    this.#budget = budget;
   }
 
   convert(
@@ -219,9 +257,9 @@ class Converter {
     depth: number,
     viaAlias: boolean,
   ): Converted {
-    const offset = startOf(node, fallback);
+    const offset = startOf(node, fallback, this.#base);
     if (this.#exhausted) return leaf(null, offset);
-    if (viaAlias && ++this.#aliased > MAX_ALIASED_VALUES) {
+    if (viaAlias && ++this.#budget.values > MAX_ALIASED_VALUES) {
       return this.#exhaust(
         offset,
         path,
@@ -250,7 +288,7 @@ class Converter {
         const itemPath = [...path, index];
         // An !!omap or a flow `[a: 1]` may leave bare pairs in a list: read each as a one-key map.
         const [value, loc] = isPair(item)
-          ? this.#map([item], startOf(item.key, offset), itemPath, depth + 1, viaAlias)
+          ? this.#map([item], startOf(item.key, offset, this.#base), itemPath, depth + 1, viaAlias)
           : this.convert(item, offset, itemPath, depth + 1, viaAlias);
         values.push(value);
         items.push(loc);
@@ -273,8 +311,8 @@ class Converter {
   // Counts a scalar copied through an alias; false once the copies pass MAX_ALIASED_BYTES.
   #copy(value: unknown, source: string | undefined): boolean {
     const text = typeof value === 'string' ? value : (source ?? String(value));
-    this.#aliasedBytes += Buffer.byteLength(text, 'utf8');
-    return this.#aliasedBytes <= MAX_ALIASED_BYTES;
+    this.#budget.bytes += Buffer.byteLength(text, 'utf8');
+    return this.#budget.bytes <= MAX_ALIASED_BYTES;
   }
 
   #alias(
@@ -340,7 +378,7 @@ class Converter {
     const explicit = new Set<string>();
     for (const pair of pairs) {
       if (!isPair(pair)) continue;
-      const keyOffset = startOf(pair.key, startOf(pair.value, offset));
+      const keyOffset = startOf(pair.key, startOf(pair.value, offset, this.#base), this.#base);
       if (isMergeKey(pair.key)) {
         this.#merge(pair.value, keyOffset, object, entries, path, depth, viaAlias);
         continue;

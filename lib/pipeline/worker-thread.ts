@@ -9,10 +9,10 @@ import type { CompileReply, CompileRequest } from './worker.ts';
 const port = parentPort;
 if (!port) throw new Error('lib/pipeline/worker-thread.ts runs only as a worker thread');
 
-port.on('message', ({ text, trigger }: CompileRequest) => {
+port.on('message', ({ text, trigger, files }: CompileRequest) => {
   let reply: CompileReply;
   try {
-    reply = { ok: true, pipeline: compilePipeline(text, trigger) };
+    reply = { ok: true, pipeline: compilePipeline(text, trigger, files) };
   } catch (error) {
     // compilePipeline throws nothing else; anything else would be a bug in it.
     const issues =

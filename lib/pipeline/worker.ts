@@ -4,8 +4,9 @@
 // memory limit. Deployed, the compile function runs compilePipeline inline: one compile per
 // invocation, bounded by the function's own timeout.
 import { Worker } from 'node:worker_threads';
-import type { CompiledPipeline, PipelineCompiler } from './compile.ts';
+import type { CompileResult, PipelineCompiler } from './compile.ts';
 import type { Trigger } from './glob.ts';
+import type { IncludedFiles } from './include.ts';
 import { PipelineError, type PipelineIssue } from './issues.ts';
 import { COMPILE_MEMORY_MB, COMPILE_TIME_LIMIT_MS } from './limits.ts';
 
@@ -13,11 +14,13 @@ import { COMPILE_MEMORY_MB, COMPILE_TIME_LIMIT_MS } from './limits.ts';
 export interface CompileRequest {
   text: string;
   trigger: Trigger;
+  /** The included files read so far (a Map crosses to the thread as one). */
+  files?: IncludedFiles;
 }
 
 /** What the thread answers: the compiled pipeline, or the issues of its PipelineError. */
 export type CompileReply =
-  | { ok: true; pipeline: CompiledPipeline }
+  | { ok: true; pipeline: CompileResult }
   | { ok: false; issues: PipelineIssue[] };
 
 export interface CompileWorkerOptions {
@@ -79,10 +82,10 @@ export class CompileWorker {
   }
 
   /** Compiles on the thread, after the compiles queued before it; a PipelineCompiler. */
-  compile = (text: string, trigger: Trigger): Promise<CompiledPipeline> => {
+  compile = (text: string, trigger: Trigger, files?: IncludedFiles): Promise<CompileResult> => {
     this.#pending++;
     this.#hold();
-    const run = this.#queue.then(() => this.#run({ text, trigger }));
+    const run = this.#queue.then(() => this.#run({ text, trigger, files }));
     this.#queue = run.then(
       () => this.#settled(),
       () => this.#settled(),
@@ -133,9 +136,9 @@ export class CompileWorker {
     return this.#ready;
   }
 
-  async #run(request: CompileRequest): Promise<CompiledPipeline> {
+  async #run(request: CompileRequest): Promise<CompileResult> {
     const worker = await this.#thread();
-    const reply = this.#await<CompiledPipeline>(worker, this.#timeLimitMs, {
+    const reply = this.#await<CompileResult>(worker, this.#timeLimitMs, {
       message: (message) => {
         const answer = message as CompileReply;
         return answer.ok ? { value: answer.pipeline } : { error: new PipelineError(answer.issues) };
@@ -207,7 +210,7 @@ export class CompileWorker {
 let shared: CompileWorker | null = null;
 
 /** Compiles on the process's shared compile worker (the local stack's compiler). */
-export const compileInWorker: PipelineCompiler = (text, trigger) => {
+export const compileInWorker: PipelineCompiler = (text, trigger, files) => {
   shared ??= new CompileWorker();
-  return shared.compile(text, trigger);
+  return shared.compile(text, trigger, files);
 };

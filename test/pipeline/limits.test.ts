@@ -150,7 +150,7 @@ describe('suggestions', () => {
     const cost = { suggestions: 0, cells: 0 };
     let issues: PipelineError['issues'] = [];
     try {
-      compilePipeline(text, PUSH_MAIN, cost);
+      compilePipeline(text, PUSH_MAIN, new Map(), cost);
     } catch (error) {
       assert.ok(error instanceof PipelineError);
       issues = error.issues;

@@ -15,7 +15,7 @@ const flags = new Int32Array(buffer);
 const port = parentPort;
 if (!port) throw new Error('a worker thread only');
 
-port.on('message', ({ text, trigger }: CompileRequest) => {
+port.on('message', ({ text, trigger, files }: CompileRequest) => {
   Atomics.store(flags, 0, 1);
   const hoard: number[][] = [];
   while (mode === 'forever' || (mode === 'hold' && Atomics.load(flags, 1) === 0)) {
@@ -24,7 +24,7 @@ port.on('message', ({ text, trigger }: CompileRequest) => {
   while (mode === 'hog') hoard.push(new Array(1_000_000).fill(hoard.length));
   let reply: CompileReply;
   try {
-    reply = { ok: true, pipeline: compilePipeline(text, trigger) };
+    reply = { ok: true, pipeline: compilePipeline(text, trigger, files) };
   } catch (error) {
     reply = { ok: false, issues: error instanceof PipelineError ? error.issues : [] };
   }

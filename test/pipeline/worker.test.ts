@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { compilePipeline, PipelineError } from '../../lib/pipeline/index.ts';
 import { CompileWorker, type CompileWorkerOptions } from '../../lib/pipeline/worker.ts';
-import { issuesOf, PUSH_MAIN, yaml } from './helpers.ts';
+import { compiled, issuesOf, PUSH_MAIN, yaml } from './helpers.ts';
 
 const SLOW_THREAD = new URL('./slow-compile-thread.ts', import.meta.url);
 
@@ -92,7 +92,7 @@ describe('compiling on a worker thread', () => {
       limitIssue('compiling took longer than 1 s; at most 1 s per compile are allowed'),
     );
     Atomics.store(flags, 1, 1);
-    assert.equal((await worker.compile(PIPELINE, PUSH_MAIN)).tasks.length, 3);
+    assert.equal(compiled(await worker.compile(PIPELINE, PUSH_MAIN)).tasks.length, 3);
   });
 
   test('a compile that runs out of memory fails naming the memory limit', async () => {
@@ -111,7 +111,7 @@ describe('compiling on a worker thread', () => {
     const second = worker.compile('version: 1\ntasks: { a: { script: [x] } }\n', PUSH_MAIN);
     await turnUntil(() => Atomics.load(flags, 0) === 1, 'the thread entering the first compile');
     Atomics.store(flags, 1, 1);
-    assert.equal((await first).tasks.length, 3);
-    assert.equal((await second).tasks.length, 1);
+    assert.equal(compiled(await first).tasks.length, 3);
+    assert.equal(compiled(await second).tasks.length, 1);
   });
 });
