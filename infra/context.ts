@@ -3,6 +3,7 @@
 // (typed values). Parsed once; a bad value's error names the key.
 import { Duration, aws_logs as logs } from 'aws-cdk-lib';
 import { z } from 'zod';
+import { SETTING_DEFAULTS } from './defaults.ts';
 import type { ConductorStackProps } from './stack.ts';
 
 const bool = z.union([z.boolean(), z.stringbool()]);
@@ -54,6 +55,13 @@ export const ContextSchema = z.object({
   outsideVpc: bool.optional(),
   throttleRate: num(z.number().int().min(1).max(10_000)).optional(),
   throttleBurst: num(z.number().int().min(1).max(5_000)).optional(),
+  // Commit statuses link to <publicUrl>/jobs/<id>?sig=...: https only (the
+  // link carries the signature), a path allowed (a proxy may mount the API
+  // under one), no query or fragment (the link would break).
+  publicUrl: z
+    .url({ protocol: /^https$/, hostname: z.regexes.domain, message: 'must be an https:// URL' })
+    .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
+    .optional(),
   existingVpc: json(
     z.strictObject({
       vpcId: z.string().regex(/^vpc-[0-9a-f]+$/),
@@ -118,11 +126,15 @@ export function propsFromContext(get: (key: string) => unknown): {
       reservedConcurrency: c.reservedConcurrency,
       throttle:
         c.throttleRate || c.throttleBurst
-          ? { rate: c.throttleRate ?? 50, burst: c.throttleBurst ?? 100 }
+          ? {
+              rate: c.throttleRate ?? SETTING_DEFAULTS.throttleRate,
+              burst: c.throttleBurst ?? SETTING_DEFAULTS.throttleBurst,
+            }
           : undefined,
       existingVpc: c.existingVpc,
       existingDatabase: c.existingDatabase,
       outsideVpc: c.outsideVpc,
+      publicUrl: c.publicUrl,
     },
   };
 }

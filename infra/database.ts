@@ -15,7 +15,6 @@ import type { Network } from './network.ts';
 export const DB_NAME = 'conductor';
 export const DB_PORT = 5432;
 const DB_USER = 'conductor';
-const DEFAULT_POSTGRES_VERSION = '16.11';
 
 /** An existing PostgreSQL (15 or newer) instead of the Aurora cluster. */
 export interface ExistingDatabase {
@@ -36,7 +35,7 @@ export interface DatabaseProps {
   minCapacity: number;
   maxCapacity: number;
   autoPauseAfter: Duration;
-  postgresVersion?: string;
+  postgresVersion: string;
   proxy: boolean;
   deletionProtection: boolean;
 }
@@ -103,7 +102,7 @@ function createAurora(
     description: 'Conductor database: only the functions (or the proxy) get in',
     allowAllOutbound: false,
   });
-  const version = props.postgresVersion ?? DEFAULT_POSTGRES_VERSION;
+  const version = props.postgresVersion;
   const cluster = new rds.DatabaseCluster(scope, 'Database', {
     engine: rds.DatabaseClusterEngine.auroraPostgres({
       version: rds.AuroraPostgresEngineVersion.of(version, version.split('.')[0]!),

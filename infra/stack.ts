@@ -22,7 +22,7 @@ import {
   aws_events_targets as eventsTargets,
   aws_iam as iam,
   type aws_lambda as lambda,
-  aws_logs as logs,
+  type aws_logs as logs,
   RemovalPolicy,
   type aws_rds as rds,
   Stack,
@@ -40,6 +40,7 @@ import { GATE_KEY } from '../lib/idle/s3.ts';
 import { DEFAULT_OUTDIR, FUNCTION_NAMES, MIGRATIONS_HASH_FILE } from '../scripts/bundle.ts';
 import { Alarms } from './alarms.ts';
 import { Database, type ExistingDatabase } from './database.ts';
+import { SETTING_DEFAULTS as DEFAULTS } from './defaults.ts';
 import { type ConductorFunction, Functions, pascal, RESERVED_CONCURRENCY } from './functions.ts';
 import { type ExistingVpc, Network } from './network.ts';
 import { createAppSecrets } from './secrets.ts';
@@ -54,6 +55,20 @@ export const COMPILE_INVOKERS = [
   'webhook',
   'webhookQueue',
   'api',
+  'sweep',
+] as const satisfies ConductorFunction[];
+
+/**
+ * The functions that post commit statuses, whose links to the job pages they
+ * sign: each is told CONDUCTOR_PUBLIC_URL (test/infra/bundle.test.ts checks
+ * this list against what each bundle carries).
+ */
+export const STATUS_POSTERS = [
+  'webhook',
+  'webhookQueue',
+  'api',
+  'compile',
+  'complete',
   'sweep',
 ] as const satisfies ConductorFunction[];
 
@@ -133,6 +148,11 @@ export interface ConductorStackProps extends StackProps {
   reservedConcurrency?: boolean;
   /** API Gateway's throttle for the whole API: requests a second, and the burst; default 50 and 100. */
   throttle?: { rate: number; burst: number };
+  /**
+   * CONDUCTOR_PUBLIC_URL: where people reach the job pages (a custom domain);
+   * commit statuses link there. Default: the HTTP API's own URL.
+   */
+  publicUrl?: string;
 }
 
 export class ConductorStack extends Stack {
@@ -168,21 +188,21 @@ export class ConductorStack extends Stack {
     }
     const network = props.outsideVpc
       ? undefined
-      : new Network(this, { existingVpc: props.existingVpc, nat: props.nat ?? 'instance' });
+      : new Network(this, { existingVpc: props.existingVpc, nat: props.nat ?? DEFAULTS.nat });
     this.functionsSecurityGroup = network?.functionsSecurityGroup;
     const { appSecret, secretKey } = createAppSecrets(this);
     this.appSecret = appSecret;
     this.secretKey = secretKey;
-    const minCapacity = props.minCapacity ?? 0;
-    const maxCapacity = props.maxCapacity ?? 4;
+    const minCapacity = props.minCapacity ?? DEFAULTS.minCapacity;
+    const maxCapacity = props.maxCapacity ?? DEFAULTS.maxCapacity;
     const database = new Database(this, network, {
       existingDatabase: props.existingDatabase,
       minCapacity,
       maxCapacity,
-      autoPauseAfter: props.autoPauseAfter ?? Duration.minutes(5),
-      postgresVersion: props.postgresVersion,
-      proxy: props.proxy ?? false,
-      deletionProtection: props.deletionProtection ?? true,
+      autoPauseAfter: props.autoPauseAfter ?? Duration.minutes(DEFAULTS.autoPauseMinutes),
+      postgresVersion: props.postgresVersion ?? DEFAULTS.postgresVersion,
+      proxy: props.proxy ?? DEFAULTS.proxy,
+      deletionProtection: props.deletionProtection ?? DEFAULTS.deletionProtection,
     });
     this.cluster = database.cluster;
     this.proxy = database.proxy;
@@ -191,8 +211,8 @@ export class ConductorStack extends Stack {
     // proxy or to an existing database, the functions use the database
     // secret as before (docs/deploy.md, "Least privilege").
     const iamAuth = this.cluster !== undefined && !this.proxy;
-    const poolMax = props.dbPoolMax ?? 2;
-    const reserve = props.reservedConcurrency ?? true;
+    const poolMax = props.dbPoolMax ?? DEFAULTS.dbPoolMax;
+    const reserve = props.reservedConcurrency ?? DEFAULTS.reservedConcurrency;
     if (reserve && this.cluster) {
       const used = FUNCTION_NAMES.reduce((n, f) => n + RESERVED_CONCURRENCY[f] * poolMax, 0);
       const limit = Math.floor(auroraMaxConnections(maxCapacity) * 0.9);
@@ -233,7 +253,7 @@ export class ConductorStack extends Stack {
       bundleDir,
       network,
       reserveConcurrency: reserve,
-      retention: props.logRetentionDays ?? logs.RetentionDays.ONE_MONTH,
+      retention: props.logRetentionDays ?? DEFAULTS.logRetentionDays,
       secretsOf: (name) => [
         ...(name === 'migrate' || !iamAuth ? [this.dbSecret] : []),
         ...(KEY_READERS.includes(name) ? [secretKey] : []),
@@ -261,8 +281,8 @@ export class ConductorStack extends Stack {
         CONDUCTOR_DB_TLS: 'verify-full',
         CONDUCTOR_DB_HOST: database.host,
         CONDUCTOR_DB_NAME: database.name,
-        CONDUCTOR_GITHUB_API_URL: props.githubApiUrl ?? 'https://api.github.com',
-        CONDUCTOR_LEASE_S: String(props.leaseSeconds ?? 45),
+        CONDUCTOR_GITHUB_API_URL: props.githubApiUrl ?? DEFAULTS.githubApiUrl,
+        CONDUCTOR_LEASE_S: String(props.leaseSeconds ?? DEFAULTS.leaseSeconds),
         CONDUCTOR_DB_POOL_MAX: String(poolMax),
         // RDS Proxy pins a session that prepares a statement to one database
         // connection; behind it the hot statements go unprepared.
@@ -336,9 +356,19 @@ export class ConductorStack extends Stack {
     }
 
     this.httpApi = this.createHttpApi(functions);
+    // Set once the API exists. No cycle: a function refers to the Api
+    // resource (its ApiEndpoint attribute), and the Api refers to no function;
+    // only the integrations, routes and invoke permissions refer to both.
+    const publicUrl = props.publicUrl ?? this.httpApi.apiEndpoint;
+    for (const name of STATUS_POSTERS) {
+      functions[name].addEnvironment('CONDUCTOR_PUBLIC_URL', publicUrl);
+    }
     // Throttling for the whole stage: a flood is answered 429 by API Gateway
     // before it costs an invocation or a connection.
-    const throttle = props.throttle ?? { rate: 50, burst: 100 };
+    const throttle = props.throttle ?? {
+      rate: DEFAULTS.throttleRate,
+      burst: DEFAULTS.throttleBurst,
+    };
     const stage = this.httpApi.defaultStage!.node.defaultChild as apigwv2.CfnStage;
     stage.defaultRouteSettings = {
       throttlingRateLimit: throttle.rate,
@@ -348,7 +378,9 @@ export class ConductorStack extends Stack {
     // --- The sweep's schedule ------------------------------------------------
     new events.Rule(this, 'SweepSchedule', {
       description: 'Conductor: run the sweep',
-      schedule: events.Schedule.rate(props.sweepInterval ?? Duration.minutes(1)),
+      schedule: events.Schedule.rate(
+        props.sweepInterval ?? Duration.minutes(DEFAULTS.sweepIntervalMinutes),
+      ),
       targets: [new eventsTargets.LambdaFunction(functions.sweep)],
     });
     // Once a day the sweep runs whatever the idle gate says: retention, and
@@ -397,6 +429,7 @@ export class ConductorStack extends Stack {
     }).topic;
 
     new CfnOutput(this, 'ApiUrl', { value: this.httpApi.apiEndpoint });
+    new CfnOutput(this, 'PublicUrl', { value: publicUrl });
     new CfnOutput(this, 'AppSecretArn', { value: this.appSecret.secretArn });
     new CfnOutput(this, 'SecretKeyArn', { value: this.secretKey.secretArn });
     new CfnOutput(this, 'GateBucketName', { value: this.gateBucket.bucketName });

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { STATUS_POSTERS } from '../../infra/stack.ts';
 import { loadMigrations } from '../../lib/db/index.ts';
 import {
   type BundledFunction,
@@ -43,6 +44,16 @@ test('only the functions that dispatch compiles carry the Lambda client', () => 
     const carries = b.inputs.some((i) => i.path.includes('@aws-sdk/client-lambda'));
     assert.equal(carries, ['webhook', 'webhookQueue', 'api', 'sweep'].includes(b.name), b.name);
   }
+});
+
+test('the functions told CONDUCTOR_PUBLIC_URL are exactly those whose bundle posts commit statuses', () => {
+  // A status links to the job page only where the URL is known: a function
+  // that starts posting statuses must join STATUS_POSTERS, or its links vanish.
+  const posting = bundles
+    .filter((b) => b.inputs.some((i) => i.path.endsWith('lib/app/statuses.ts')))
+    .map((b) => b.name)
+    .sort();
+  assert.deepEqual(posting, [...STATUS_POSTERS].sort());
 });
 
 test('zod ships with English messages only', () => {

@@ -65,3 +65,29 @@ test('a bad value is refused with the name of its key', () => {
   assert.throws(() => fromArgs('-c', 'existingVpc={not json'), /existingVpc/);
   assert.throws(() => fromArgs('-c', 'proxy'), /key=value/);
 });
+
+test('publicUrl is an https URL without query or fragment, for the job links in commit statuses', () => {
+  assert.equal(
+    fromArgs('-c', 'publicUrl=https://ci.example').props.publicUrl,
+    'https://ci.example',
+  );
+  assert.equal(
+    fromArgs('-c', 'publicUrl=https://example.com/ci/').props.publicUrl,
+    'https://example.com/ci/',
+  );
+  // Signed links over plain http would show their signature to the network.
+  assert.throws(
+    () => fromArgs('-c', 'publicUrl=http://ci.example'),
+    /publicUrl\b[\s\S]*must be an https:\/\/ URL/,
+  );
+  assert.throws(() => fromArgs('-c', 'publicUrl=ci.example'), /publicUrl/);
+  assert.throws(
+    () => fromArgs('-c', 'publicUrl=https://ci.example/?a=1'),
+    /publicUrl\b[\s\S]*must have no query/,
+  );
+});
+
+test('one of the throttle settings alone keeps the default of the other', () => {
+  assert.deepEqual(fromArgs('-c', 'throttleRate=10').props.throttle, { rate: 10, burst: 100 });
+  assert.deepEqual(fromArgs('-c', 'throttleBurst=7').props.throttle, { rate: 50, burst: 7 });
+});
