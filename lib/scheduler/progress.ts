@@ -200,15 +200,71 @@ async function overweight(
   return heavy;
 }
 
+/**
+ * fail_fast: cancels the siblings (the other expansions of the same matrix
+ * task) of each failed fail_fast expansion of a running job, or of `failedId`
+ * alone: waiting and queued ones are cancelled, running ones get their cancel
+ * flag, as a job cancel does. Run in the follow-up after the failure
+ * committed, at READ COMMITTED: of two expansions failing at once, the second
+ * follow-up waits for the first's job lock, then finds nothing left to stop,
+ * so each sibling is stopped once. Answers how many it stopped.
+ */
+export async function stopSiblings(
+  tx: Queryable,
+  jobId: string,
+  failedId?: string,
+): Promise<number> {
+  // The job first, as a cancel and promoteReady take it: a running sibling's
+  // completion holds its task and never waits for the job, so this order
+  // cannot deadlock with it.
+  const job = await tx.query(
+    `select 1 from jobs where id = $1 and state = 'running' for no key update`,
+    [jobId],
+  );
+  if (job.rowCount === 0) return 0;
+  const { rows } = await tx.query<{ id: string; name: string; state: string }>(
+    `with failed as (
+       select f.id, f.base_name, f.name from tasks f
+        where f.job_id = $1 and f.fail_fast and f.state = 'failed' and not f.allow_failure
+          and ($2::uuid is null or f.id = $2::uuid)
+     )
+     update tasks s
+        set state = case when s.state = 'running' then s.state else 'cancelled' end,
+            cancel_requested = s.cancel_requested or s.state = 'running',
+            finished_at = case when s.state = 'running' then s.finished_at else now() end,
+            queued_at = case when s.state = 'running' then s.queued_at end,
+            -- A running sibling's error is the one its runner reports.
+            error = case when s.state = 'running' then s.error
+                         else format('cancelled: %s failed (fail_fast)', f.name) end
+       from failed f
+      where s.job_id = $1 and s.base_name = f.base_name and s.id <> f.id
+        and s.state in ('waiting', 'queued', 'running')
+        and not (s.state = 'running' and s.cancel_requested)
+      returning s.id, s.name, s.state`,
+    [jobId, failedId ?? null],
+  );
+  // As a cancel does: what needs a cancelled task is skipped (mostly skipped
+  // already, since it needs the failed expansion too).
+  for (const row of rows) {
+    if (row.state === 'cancelled') {
+      await skipReachable(tx, [row.id], `skipped: ${row.name} was cancelled`);
+    }
+  }
+  return rows.length;
+}
+
 export interface FollowUpResult extends PromoteResult {
   /** The job's new state when this follow-up settled it, else null. */
   jobState: JobState | null;
+  /** Siblings of a failed fail_fast expansion this follow-up cancelled or flagged. */
+  stopped?: number;
 }
 
 /**
- * What runs after a task outcome commits: promote the children that became
- * ready (failing or skipping those that cannot run), commit that, and then,
- * when nothing was promoted, settle the job in a statement of its own.
+ * What runs after a task outcome commits: stop the siblings of a failed
+ * fail_fast expansion, promote the children that became ready (failing or
+ * skipping those that cannot run), commit that, and then, when nothing was
+ * promoted, settle the job in a statement of its own.
  */
 export async function followUp(
   pool: Pool,
@@ -217,7 +273,10 @@ export async function followUp(
 ): Promise<FollowUpResult> {
   const promoted = await transaction(
     pool,
-    (tx) => promoteReady(tx, jobId, parentId),
+    async (tx) => {
+      const stopped = await stopSiblings(tx, jobId, parentId);
+      return { ...(await promoteReady(tx, jobId, parentId)), stopped };
+    },
     // READ COMMITTED: each statement reads the newest commits, and a
     // conditional write that waited for a racing follow-up (the same child
     // to promote) re-checks its row and matches nothing instead of failing
@@ -261,8 +320,12 @@ export async function settleJobAfterCommit(pool: Pool, jobId: string): Promise<J
 // Run after the outcome committed, it sees that commit; a sibling that commits
 // later runs its own and sees this one. A job with a child to promote is not
 // finished, so the settle and the promotion never both have work.
+// A failed fail_fast expansion with siblings to stop (conductor_fail_fast_due,
+// migrations/009) goes to the transaction too: its siblings are unfinished,
+// so this settle found nothing to do.
 const FOLLOW_UP = `
-  select conductor_settle($1::uuid) as job_state, conductor_child_ready($2::uuid) as promote`;
+  select conductor_settle($1::uuid) as job_state, conductor_child_ready($2::uuid) as promote,
+         conductor_fail_fast_due($2::uuid) as fail_fast`;
 
 const NOTHING: FollowUpResult = { promoted: 0, failed: 0, skipped: 0, jobState: null };
 
@@ -279,11 +342,14 @@ export async function followUpAfterCommit(
 ): Promise<FollowUpResult | null> {
   try {
     if (parentId !== undefined) {
-      const [row] = await statement<{ job_state: JobState | null; promote: boolean }>(
-        pool,
-        prepared('conductor_follow_up', FOLLOW_UP, [jobId, parentId]),
-      );
-      if (!row?.promote) return { ...NOTHING, jobState: row?.job_state ?? null };
+      const [row] = await statement<{
+        job_state: JobState | null;
+        promote: boolean;
+        fail_fast: boolean;
+      }>(pool, prepared('conductor_follow_up', FOLLOW_UP, [jobId, parentId]));
+      if (!row?.promote && !row?.fail_fast) {
+        return { ...NOTHING, jobState: row?.job_state ?? null };
+      }
     }
     return await followUp(pool, jobId, parentId);
   } catch (err) {
