@@ -62,7 +62,11 @@ export function shellExecutor(opts: { env: Record<string, string>; runAs?: RunAs
       const scriptFile = join(job.metaDir, 'script.sh');
       await writeFile(outputFile, '', { mode: 0o600 });
       await writeFile(lineFile, '', { mode: 0o600 });
-      await writeFile(scriptFile, wrapperScript(job.task.script, { lineFile }), { mode: 0o644 });
+      await writeFile(
+        scriptFile,
+        wrapperScript(job.task.script, { lineFile, cwd: job.workspace }),
+        { mode: 0o644 },
+      );
       if (who) {
         // Until now the task's directory was the runner's alone (mkdtemp: 0700),
         // so nothing of the user's could race the checkout or this chown.
@@ -74,8 +78,10 @@ export function shellExecutor(opts: { env: Record<string, string>; runAs?: RunAs
         await chmod(job.taskDir, 0o711);
       }
       const vars = taskVariables(job.task, { workspace: job.workspace, outputFile });
-      const group = spawnGroup('bash', [scriptFile], {
-        cwd: job.workspace,
+      // Started beside its script, which changes into the workspace: the
+      // shell's messages then say `script.sh: line 3`, not a temporary path.
+      const group = spawnGroup('bash', ['script.sh'], {
+        cwd: job.metaDir,
         env: { ...opts.env, ...vars },
         ...(who ? { uid: who.uid, gid: who.gid } : {}),
         onOutput: job.onOutput,

@@ -8,6 +8,7 @@ import { dirname, join, resolve } from 'node:path';
 import { log as defaultLog } from '../lib/log.ts';
 import { Backoff, pause } from './backoff.ts';
 import {
+  HttpStatusError,
   isRetryable,
   MalformedTaskError,
   newClaimKey,
@@ -19,6 +20,7 @@ import type { Logger, RunnerEvent } from './events.ts';
 import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from './executor.ts';
 import { BUILD_USER, ensureUser, type RunAs, resolveRunAs } from './runas.ts';
 import { TaskRun } from './task.ts';
+import { TOKEN_VARIABLE } from './token.ts';
 
 export { HttpStatusError, RunnerClient } from './client.ts';
 export type { Logger, LogLevel, RunnerEvent, TaskRef } from './events.ts';
@@ -136,6 +138,29 @@ export function optionConflict(
   if (o.once && (o.concurrency ?? 1) > 1)
     return '--once runs one task: --concurrency does not apply';
   return undefined;
+}
+
+/**
+ * A claim's refusal, saying what to do about it where the control plane's
+ * answer alone does not: a 401 is the same for every token it refuses (it
+ * never tells a caller which tokens exist), so the runner lists the causes.
+ */
+export function explainRefusal(err: unknown, o: Pick<RunnerOptions, 'url' | 'tokenFile'>): unknown {
+  if (!(err instanceof HttpStatusError)) return err;
+  if (err.status === 401) {
+    const where = o.tokenFile ? `the file --token-file ${o.tokenFile}` : `$${TOKEN_VARIABLE}`;
+    return new Error(
+      `the control plane refused the worker token (${err.message}): it was revoked, it is not a worker token (an admin token, or another control plane's), or it is an ephemeral worker's that has made its one claim. Check the token in ${where}, and that its worker is still listed by \`npm run ctl -- workers\` (GET /v1/workers); if it is not, register one (\`npm run ctl -- worker create\`) and put the new token there`,
+      { cause: err },
+    );
+  }
+  if (err.status === 404) {
+    return new Error(
+      `${err.message}: is ${o.url} the control plane's base URL (the one \`npm start\` or the deployment printed)?`,
+      { cause: err },
+    );
+  }
+  return err;
 }
 
 /** The user the runner itself runs as: whom scripts run as without runAs. */
@@ -355,8 +380,9 @@ class PollingRunner implements Runner {
         }
         if (!isRetryable(err)) {
           // A refused token, unknown labels, a wrong URL: polling on changes nothing.
-          log('error', 'the control plane refused the claim; the runner stops', { err });
-          this.fatal = err;
+          const fatal = explainRefusal(err, this.options);
+          log('error', 'the control plane refused the claim; the runner stops', { err: fatal });
+          this.fatal = fatal;
           this.stopping = true;
           break;
         }

@@ -14,6 +14,7 @@ import { LogStream } from './logstream.ts';
 import { MAX_OUTPUTS_BYTES, OutputsError, parseOutputs } from './outputs.ts';
 import type { Exit } from './process.ts';
 import type { Completion, Outcome, Task } from './protocol.ts';
+import { parseLineFile, scriptLines } from './script.ts';
 import { readTaskFile, TaskFileError } from './taskfile.ts';
 
 /** What a task run needs from the runner that claimed it. */
@@ -302,28 +303,35 @@ export class TaskRun {
     };
   }
 
-  /** Says which line failed and how, from the line number the script recorded. */
+  /**
+   * Says which line failed and how, from what the script recorded: numbered
+   * as the pipeline writes the script, as the shell numbers it in the log.
+   */
   private async scriptError(exit: Exit, lineFile: string): Promise<string> {
     const how =
       exit.code === null
         ? `was killed by ${exit.signal ?? 'a signal'}`
         : `exited with ${exit.code}`;
-    let recorded: number;
+    let recorded: { entry: number; line: number | undefined };
     try {
-      recorded = Number.parseInt(
-        await readTaskFile(lineFile, LINE_FILE, MAX_LINE_FILE_BYTES, ''),
-        10,
-      );
+      recorded = parseLineFile(await readTaskFile(lineFile, LINE_FILE, MAX_LINE_FILE_BYTES, ''));
     } catch (err) {
       const why = err instanceof TaskFileError ? err.message : `${LINE_FILE} could not be read`;
       this.note(why);
       return `the script ${how}; ${why}`;
     }
-    const line = this.task.script[recorded - 1];
-    if (line === undefined) return `the script ${how}`;
-    const first = line.split('\n')[0]!;
-    const shown = first.length > 200 ? `${first.slice(0, 200)}…` : first;
-    return `line ${recorded} of the script ${how}: ${shown}`;
+    const entry = this.task.script[recorded.entry - 1];
+    if (entry === undefined) return `the script ${how}`;
+    const { first, last } = scriptLines(this.task.script)[recorded.entry - 1]!;
+    const lines = entry.replace(/\n$/, '').split('\n');
+    const quote = (text: string) => (text.length > 200 ? `${text.slice(0, 200)}…` : text);
+    const line = recorded.line;
+    if (line !== undefined && line >= first && line <= last) {
+      return `line ${line} of the script ${how}: ${quote(lines[line - first]!)}`;
+    }
+    // A block of lines whose failing line the shell did not say (sh, or `set +e`).
+    const where = first === last ? `line ${first}` : `lines ${first}-${last}`;
+    return `${where} of the script ${how}: ${quote(lines[0]!)}`;
   }
 
   private infrastructure(error: string): Result {

@@ -150,5 +150,8 @@ test('--once claims until a task comes, runs it, reports it and exits 0 whatever
   const again = childRunner([...args, '--once', '--same-user']);
   const refused = await again.exited;
   assert.equal(refused.code, 1, again.stderr());
-  assert.match(again.stderr(), /^conductor-runner: POST \/v1\/runner\/claim: HTTP 401/m);
+  assert.match(
+    again.stderr(),
+    /^conductor-runner: the control plane refused the worker token \(POST \/v1\/runner\/claim: HTTP 401[^)]*\): .*an ephemeral worker's that has made its one claim/m,
+  );
 });

@@ -157,6 +157,54 @@ test('a failing line stops the script: the task fails with its exit code and is 
   await runner.stop();
 });
 
+test('a failing line is named by one numbering, the script as the pipeline writes it, in the error and in what the shell prints', async () => {
+  // Why: the error said "line 3 of the script" while the shell's own message
+  // beside it said "script.sh: line 18", counting the runner's wrapper.
+  const f = await Fixture.create(
+    stack,
+    'lines',
+    `  numbered:
+    script:
+      - echo one
+      - |
+        echo two
+        no-such-command-here
+        echo unreached
+      - echo never
+  unnamed:
+    script:
+      - set +e
+      - |
+        false
+        exit 4
+`,
+  );
+  const runner = await f.runner();
+  const jobId = await f.trigger();
+  const view = await f.finished(jobId);
+  const byName = Object.fromEntries(view.tasks.map((t) => [t.name, t]));
+  const numbered = byName.numbered!;
+  assert.deepEqual(
+    { state: numbered.state, exit_code: numbered.exit_code, error: numbered.error },
+    {
+      state: 'failed',
+      exit_code: 127,
+      error: 'line 3 of the script exited with 127: no-such-command-here',
+    },
+  );
+  const log = await f.log(numbered.id);
+  assert.match(log, /^script\.sh: line 3: no-such-command-here: command not found$/m, log);
+  assert.doesNotMatch(log, /^(unreached|never)$/m);
+  // Under set +e the shell does not say which command ended the block: the
+  // error names the block's lines, numbered the same way.
+  const unnamed = byName.unnamed!;
+  assert.deepEqual(
+    { exit_code: unnamed.exit_code, error: unnamed.error },
+    { exit_code: 4, error: 'lines 2-3 of the script exited with 4: false' },
+  );
+  await runner.stop();
+});
+
 test('secret values, the clone token and its Authorization header are masked by the runner before they are sent', async () => {
   const secret = 'hunter2-correct-horse';
   // The repository is a local path, so git never sends it; the runner masks it all the same.

@@ -21,7 +21,7 @@ import {
 } from '../../runner/index.ts';
 import { chunkEnd, LogStream } from '../../runner/logstream.ts';
 import { parseOutputs } from '../../runner/outputs.ts';
-import { wrapperScript } from '../../runner/script.ts';
+import { parseLineFile, scriptLines, wrapperScript } from '../../runner/script.ts';
 import { trustRefusal } from '../../runner/task.ts';
 import { readTaskFile } from '../../runner/taskfile.ts';
 import { tempDir, waitFor } from './support.ts';
@@ -169,11 +169,12 @@ test('the docker environment file survives quotes and newlines when sourced', as
   assert.equal(out, tricky);
 });
 
-function runWrapper(lines: string[], dir: string) {
+function runWrapper(lines: string[], dir: string, shell = 'bash') {
   const lineFile = join(dir, 'line');
   const script = join(dir, 'script.sh');
   writeFileSync(script, wrapperScript(lines, { lineFile }));
-  const res = spawnSync('bash', [script], { cwd: dir, encoding: 'utf8' });
+  // Relative, as the shell executor runs it: the shell then names it `script.sh`.
+  const res = spawnSync(shell, ['script.sh'], { cwd: dir, encoding: 'utf8' });
   return { code: res.status, out: res.stdout, line: readFileSync(lineFile, 'utf8').trim() };
 }
 
@@ -192,9 +193,10 @@ test('the wrapper echoes each line, keeps the shell between lines and stops at t
   assert.deepEqual(failed, {
     code: 1,
     out: '+ echo one\none\n+ false; echo unreached\n',
-    line: '2',
+    line: '2 2',
   });
-  // set +e in one line does not let a later failing line through.
+  // set +e in one line does not let a later failing line through; which
+  // command failed is not named, since under set +e it may not be the cause.
   const optedOut = runWrapper(['set +e', 'exit 4', 'echo no'], dir);
   assert.equal(optedOut.code, 4);
   assert.equal(optedOut.line, '2');
@@ -203,8 +205,52 @@ test('the wrapper echoes each line, keeps the shell between lines and stops at t
   const syntax = runWrapper(['echo fine', 'if then', 'echo no'], dir);
   assert.equal(syntax.code, 2);
   assert.equal(syntax.line, '2');
+  assert.match(syntax.out, /^script\.sh: eval: line 2: syntax error/m);
   const multi = runWrapper(["printf '%s\\n' \\\n  a b"], dir);
   assert.equal(multi.out, "+ printf '%s\\n' \\\n+   a b\na\nb\n");
+  // A YAML block's closing newline adds no line.
+  const block = runWrapper(['echo a\necho b\n', 'echo c'], dir);
+  assert.equal(block.out, '+ echo a\n+ echo b\na\nb\n+ echo c\nc\n');
+});
+
+test('the script is numbered as the pipeline writes it, in the line file and in what the shell prints, under bash and under sh', async () => {
+  // Why: the error said "line 3 of the script" while the shell said
+  // "script.sh: line 18", counting the wrapper's own lines.
+  const dir = await tempDir('conductor-runner-unit-');
+  const script = [
+    'echo one',
+    'for i in 1 2; do\n  echo "$i"\ndone\n',
+    'echo "it\'s"\nno-such-command-here\necho unreached',
+  ];
+  assert.deepEqual(scriptLines(script), [
+    { first: 1, last: 1 },
+    { first: 2, last: 4 },
+    { first: 5, last: 7 },
+  ]);
+  const bash = runWrapper(script, dir);
+  assert.equal(bash.code, 127);
+  assert.equal(bash.line, '3 6', 'entry 3, and its line 6 failed');
+  assert.match(bash.out, /^script\.sh: line 6: no-such-command-here: command not found$/m);
+  assert.doesNotMatch(bash.out, /^unreached$/m);
+  assert.deepEqual(parseLineFile(`${bash.line}\n`), { entry: 3, line: 6 });
+
+  // dash: no ERR trap, so only the entry; but its message counts the same lines.
+  const sh = runWrapper(script, dir, 'dash');
+  assert.equal(sh.code, 127);
+  assert.equal(sh.line, '3');
+  assert.match(sh.out, /^script\.sh: 6: eval: no-such-command-here: not found$/m);
+  assert.deepEqual(parseLineFile(sh.line), { entry: 3, line: undefined });
+  // dash has no pipefail: the wrapper must still run there (a bad `set -o`
+  // ends a POSIX shell whatever `|| true` follows).
+  assert.equal(
+    runWrapper(['false | cat', 'echo ran'], dir, 'dash').out,
+    '+ false | cat\n+ echo ran\nran\n',
+  );
+
+  // A failing function's body is outside the ERR trap (no errtrace): only
+  // the entry that called it is named, never a line of another entry.
+  const fn = runWrapper(['f() {\n  false\n}', 'f'], dir);
+  assert.deepEqual({ code: fn.code, line: fn.line }, { code: 1, line: '2' });
 });
 
 test('outputs are name=value lines or name<<DELIMITER blocks; anything else is an error naming the line, never quoting the file', () => {
