@@ -13,15 +13,19 @@
 --   there already).
 -- * Idempotent claims: the runner's Idempotency-Key is kept on the attempt;
 --   the same worker repeating a claim with that key while the lease lives is
---   answered the same attempt instead of a new one.
+--   answered the same attempt instead of a new one (writing only that it was).
 
 alter table workers
   add column projects text[],
   add column ephemeral boolean not null default false,
   add column claimed_lease uuid;
 
+-- repeated_at: when a keyed claim was answered this attempt again. A lease
+-- that was answered again may be in its runner's hands, so it is never given
+-- back (releaseClaim): the first answer's loss is then the repeat's gain.
 alter table task_attempts
-  add column claim_key text constraint task_attempts_claim_key_check check (length(claim_key) <= 200);
+  add column claim_key text constraint task_attempts_claim_key_check check (length(claim_key) <= 200),
+  add column repeated_at timestamptz;
 
 -- A repeated claim finds its attempt by (worker, key). Partial: claims sent
 -- without a key add nothing to it.
@@ -35,6 +39,11 @@ drop function conductor_claim(uuid, text[], integer);
 -- a keyed claim, and an ephemeral worker's one claim. Still one statement run
 -- at REPEATABLE READ (the pool's session default); an empty claim of a
 -- worker that is not ephemeral writes nothing.
+--
+-- Not covered: a claim statement that reaches the server only after its
+-- client gave up on it and its give-back found nothing (a frozen connection
+-- whose bytes arrive after the thaw) commits a lease nobody holds; a repeat
+-- with its key still gets it, else it expires and is taken over.
 create function conductor_claim(
   p_worker uuid, p_labels text[], p_lease_s integer, p_lease_id uuid, p_key text
 )
@@ -59,7 +68,10 @@ begin
   v_trusted := not v_worker.untrusted;
 
   -- The same claim again (its reply was lost): the attempt it started, while
-  -- its lease lives, answered as it was. Nothing is written.
+  -- its lease lives, answered as it was, and marked answered again so that
+  -- no give-back of the first answer takes it from the runner now holding it.
+  -- A give-back that locked the attempt first makes this update raise 40001,
+  -- and the retry finds the task queued and claims anew.
   if p_key is not null then
     select t.* into v_task
       from task_attempts a
@@ -67,6 +79,9 @@ begin
      where a.worker_id = p_worker and a.claim_key = p_key
        and t.state = 'running' and t.lease_expires_at > now()
      limit 1;
+    if v_task.id is not null then
+      update task_attempts set repeated_at = now() where lease_id = v_task.lease_id;
+    end if;
   end if;
 
   if v_task.id is null then

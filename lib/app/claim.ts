@@ -85,10 +85,10 @@ interface ClaimByTokenRow extends Partial<ClaimedTask> {
   auth_claimed_lease: string | null;
 }
 
-/** What the claim route answers: the task, and whether the worker is ephemeral. */
+/** What the claim route answers: the task, and whether the worker is ephemeral (null: not known). */
 export interface ClaimAnswer {
   task: Assignment | null;
-  ephemeral: boolean;
+  ephemeral: boolean | null;
 }
 
 /**
@@ -127,7 +127,7 @@ export async function claimForToken(
     // As claimTask: a claim that keeps losing serialization races or
     // deadlocks answers "nothing claimable" and the runner polls again. It
     // rolled back: there is nothing to give back.
-    if (err instanceof TransactionConflictError) return { task: null, ephemeral: false };
+    if (err instanceof TransactionConflictError) return { task: null, ephemeral: null };
     await giveBack(pool, leaseId, 'its reply was lost');
     throw err;
   }
@@ -208,7 +208,7 @@ export async function claimForRunner(
     ctx.config.CONDUCTOR_LEASE_S,
     request,
   );
-  if (!answer.ephemeral) known.remember(key);
+  if (answer.ephemeral === false) known.remember(key);
   return answer.task;
 }
 

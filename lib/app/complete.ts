@@ -38,7 +38,7 @@ export async function completeForToken(
   let workerId: string | null = null;
   let report: CompleteReport = sent;
   if (hasReport) {
-    workerId = (await requireWorkerByHash(ctx.pool, tokenHash)).id;
+    workerId = (await requireWorkerByHash(ctx.pool, tokenHash, sent.leaseId)).id;
     const masked = await maskReport(
       ctx.pool,
       ctx.keyring,
@@ -63,7 +63,7 @@ export async function completeForToken(
     }
     workerId = fast.workerId;
   } else {
-    workerId ??= (await requireWorkerByHash(ctx.pool, tokenHash)).id;
+    workerId ??= (await requireWorkerByHash(ctx.pool, tokenHash, sent.leaseId)).id;
   }
   const result = await completeTask(
     ctx.pool,

@@ -3,7 +3,7 @@ import { type Pool, prepared, type Queryable, statement, transaction } from '../
 import { NotFoundError, ValidationError } from '../errors.ts';
 import { hashToken, newToken, workerTokenHash, workerTokenRequired } from '../http/auth.ts';
 import type { HttpEvent } from '../http/index.ts';
-import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
+import { WORKER_BY_TOKEN, workerByTokenFor } from '../scheduler/worker-token.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -124,16 +124,28 @@ export async function requireWorker(db: Pool, event: HttpEvent): Promise<Authent
   return requireWorkerByHash(db, workerTokenHash(event));
 }
 
-/** requireWorker for a token already hashed (lib/http/auth.ts: workerTokenHash). */
+/**
+ * requireWorker for a token already hashed (lib/http/auth.ts: workerTokenHash).
+ * With `completingLease`, an ephemeral worker's token also passes for the
+ * completion of its one lease after that attempt ended (a repeated completion).
+ */
 export async function requireWorkerByHash(
   db: Pool,
   tokenHash: Buffer,
+  completingLease?: string,
 ): Promise<AuthenticatedWorker> {
   const rows = await statement<AuthenticatedWorker>(
     db,
-    prepared('conductor_require_worker', REQUIRE_WORKER, [tokenHash]),
+    completingLease === undefined
+      ? prepared('conductor_require_worker', REQUIRE_WORKER, [tokenHash])
+      : prepared('conductor_require_worker_completing', REQUIRE_WORKER_COMPLETING, [
+          tokenHash,
+          completingLease,
+        ]),
   );
   const worker = rows[0];
   if (!worker) throw workerTokenRequired();
   return worker;
 }
+
+const REQUIRE_WORKER_COMPLETING = `with ${workerByTokenFor('$2')} select id, name, labels from worker`;

@@ -271,7 +271,21 @@ export function isConnectionError(err: unknown): boolean {
   }
   if (!(err instanceof Error)) return false;
   const sys = (err as NodeJS.ErrnoException).code;
-  if (sys && ['ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH'].includes(sys)) {
+  // EAI_AGAIN and ENOTFOUND: the name did not resolve (DNS during a failover).
+  if (
+    sys &&
+    [
+      'ECONNRESET',
+      'ECONNREFUSED',
+      'ECONNABORTED',
+      'EPIPE',
+      'ETIMEDOUT',
+      'EHOSTUNREACH',
+      'ENETUNREACH',
+      'EAI_AGAIN',
+      'ENOTFOUND',
+    ].includes(sys)
+  ) {
     return true;
   }
   // A query that timed out leaves the connection mid-protocol: its reply (or

@@ -123,7 +123,8 @@ export interface Released {
  * instead of going back to a queue nobody will take it from. An ephemeral
  * worker whose one claim this was may claim again. Does nothing, and answers
  * null, when no running task holds that lease (the claim never committed, or
- * its lease moved on).
+ * its lease moved on), or when a repeat of the claim (its Idempotency-Key)
+ * was answered that lease: the runner may hold it now.
  */
 export async function releaseClaim(
   pool: Pool,
@@ -132,10 +133,14 @@ export async function releaseClaim(
 ): Promise<Released | null> {
   return transaction(pool, async (tx) => {
     // task_attempts.lease_id is unique: one index lookup, then the task by key.
+    // Both rows locked: a repeat of the claim that marked the attempt
+    // answered again after this snapshot makes this raise 40001, and the
+    // retry sees the mark and leaves the lease to the runner holding it.
     const { rows } = await tx.query<TaskRow>(
       `select t.* from task_attempts a join tasks t on t.id = a.task_id
-        where a.lease_id = $1 and t.state = 'running' and t.lease_id = $1
-          for update of t`,
+        where a.lease_id = $1 and a.repeated_at is null
+          and t.state = 'running' and t.lease_id = $1
+          for update of t, a`,
       [leaseId],
     );
     const task = rows[0];

@@ -4,7 +4,7 @@ import type { JobState, TaskState } from '../states.ts';
 import { endAttemptTx } from './attempt.ts';
 import { followUpAfterCommit } from './progress.ts';
 import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
-import { WORKER_BY_TOKEN } from './worker-token.ts';
+import { workerByTokenFor } from './worker-token.ts';
 
 const OUTPUT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -100,7 +100,7 @@ export async function completeTask(
 // A success reported with a worker token: the token check, the "seen" mark
 // and the success statement in one round trip.
 const SUCCESS_BY_TOKEN = `
-  with ${WORKER_BY_TOKEN}
+  with ${workerByTokenFor('$3')}
   select w.id as worker_id,
          conductor_complete_success($2, $3, w.id, null, $4, $5, $6::jsonb) as job_id
     from worker w`;

@@ -15,12 +15,20 @@
  * same statement (conductor_claim), and a row may be written once per
  * statement.
  */
-export const WORKER_BY_TOKEN = `
+/**
+ * WORKER_BY_TOKEN for a completion of the lease in parameter `leaseParam`
+ * (`$3`, say): an ephemeral worker's token also authenticates the completion
+ * of its one lease after that attempt has ended, so a repeated completion
+ * (its reply was lost) is answered as a repeat instead of a 401.
+ */
+export function workerByTokenFor(leaseParam: string | null): string {
+  const completing = leaseParam ? `or w.claimed_lease = ${leaseParam}::uuid` : '';
+  return `
   worker as (
     select w.id, w.name, w.labels, w.ephemeral, w.claimed_lease
       from workers w
      where w.token_hash = $1 and not w.revoked
-       and (not w.ephemeral or w.claimed_lease is null
+       and (not w.ephemeral or w.claimed_lease is null ${completing}
             or exists (select 1 from task_attempts a
                          join tasks t on t.id = a.task_id and t.lease_id = a.lease_id
                         where a.lease_id = w.claimed_lease and t.state = 'running'))
@@ -31,3 +39,6 @@ export const WORKER_BY_TOKEN = `
        and not (w.ephemeral and w.claimed_lease is null)
        and (x.last_seen_at is null or x.last_seen_at < now() - interval '60 seconds')
   )`;
+}
+
+export const WORKER_BY_TOKEN = workerByTokenFor(null);

@@ -9,7 +9,7 @@ import { claimForToken } from '../../lib/app/claim.ts';
 import { requireWorkerByHash } from '../../lib/app/workers.ts';
 import { UnauthorizedError } from '../../lib/errors.ts';
 import { hashToken } from '../../lib/http/auth.ts';
-import { claimTask, completeTask } from '../../lib/scheduler/index.ts';
+import { claimTask, completeSuccessByToken, completeTask } from '../../lib/scheduler/index.ts';
 import { generateKey, parseKeyring } from '../../lib/secrets.ts';
 import { spec } from '../helpers/fixtures.ts';
 import { holdRows, settle, sleep } from '../helpers/race.ts';
@@ -116,6 +116,32 @@ test("an ephemeral worker's token claims once; a second claim answers 401, and t
     UnauthorizedError,
   );
   assert.equal((await db.tasksOf(job.id)).two!.state, 'queued', 'the second task is untouched');
+});
+
+test("an ephemeral worker's completion repeated after its attempt ended (its reply was lost) is answered as a repeat, not a 401", async () => {
+  const lane = newLane();
+  const project = await db.makeProject();
+  await db.startedJob(project, [spec('one', { labels: [lane] })]);
+  const eph = await worker([lane], { ephemeral: true });
+  const { task } = await claimForToken(pool, keyring, eph.tokenHash, undefined, 60);
+  const c = { taskId: task!.id, leaseId: task!.lease_id };
+  const first = await completeSuccessByToken(pool, eph.tokenHash, c);
+  assert.equal(first.result?.state, 'success');
+  const again = await completeSuccessByToken(pool, eph.tokenHash, c);
+  assert.equal(again.workerId, eph.id, 'the token still passes for its own lease');
+  const repeated = await completeTask(pool, {
+    workerId: eph.id,
+    taskId: c.taskId,
+    leaseId: c.leaseId,
+    outcome: 'success',
+  });
+  assert.equal(repeated.state, 'success');
+  // For anything else the spent token is refused.
+  await assert.rejects(requireWorkerByHash(pool, eph.tokenHash), UnauthorizedError);
+  await assert.rejects(
+    requireWorkerByHash(pool, eph.tokenHash, '00000000-0000-4000-8000-000000000000'),
+    UnauthorizedError,
+  );
 });
 
 // Two claims of one ephemeral token at once: both find a task, and both wait

@@ -140,6 +140,80 @@ test('a claim whose reply is lost and whose give-back cannot run is answered aga
   assert.equal(await attemptsOf(task.id), 1);
 });
 
+// The give-back of a lost reply must not take back what a repeat with the
+// same key has since answered (found in review): the runner holds that lease.
+// The order is forced: the first claim's give-back waits on the task row the
+// test holds while the repeat is answered, then runs.
+test('a give-back that runs after the repeat with the same key was answered leaves the lease to the runner', async () => {
+  const { task, tokenHash, worker } = await oneTask({ maxAttempts: 1 });
+  await pool.query('update workers set ephemeral = true where id = $1', [worker]);
+  const app = proxied();
+  let held: (() => Promise<void>) | null = null;
+  let first: Promise<PromiseSettledResult<unknown>> | null = null;
+  try {
+    const cut = proxy.once('conductor_claim_by_token', 'lose-reply', async () => {
+      held = await holdRows(pool, 'tasks', [task.id]);
+    });
+    first = settle(claimForToken(app, keyring, tokenHash, undefined, 60, { key: 'k' }));
+    await cut;
+    await waitUntil(async () => (await rowLockWaiters()) >= 1);
+    const repeat = await claimForToken(pool, keyring, tokenHash, undefined, 60, { key: 'k' });
+    assert.ok(repeat.task, 'the repeat is answered the task');
+    await (held as unknown as () => Promise<void>)();
+    held = null;
+    assert.equal((await first).status, 'rejected');
+    const after = (await db.tasksOf(task.job_id)).t!;
+    assert.equal(after.state, 'running');
+    assert.equal(after.lease_id, repeat.task.lease_id, 'the lease the runner holds is live');
+    const { rows } = await pool.query('select claimed_lease from workers where id = $1', [worker]);
+    assert.equal(rows[0].claimed_lease, repeat.task.lease_id, 'the ephemeral token is still spent');
+  } finally {
+    await (held as (() => Promise<void>) | null)?.();
+    await app.end();
+  }
+});
+
+test('a claim answered 503 by the early timeout, repeated with its key before its give-back runs, stays with the runner', async () => {
+  const { task, tokenHash } = await oneTask({ secrets: ['TOKEN'] });
+  const lock = await pool.connect();
+  const deadline = new AbortController();
+  let first: Promise<PromiseSettledResult<unknown>>;
+  let repeat: Promise<PromiseSettledResult<Awaited<ReturnType<typeof claimForToken>>>>;
+  try {
+    await lock.query('begin');
+    await lock.query('lock table project_secrets in access exclusive mode');
+    first = settle(
+      claimForToken(pool, keyring, tokenHash, undefined, 60, {
+        key: 'e',
+        signal: deadline.signal,
+      }),
+    );
+    await waitUntil(async () => (await db.tasksOf(task.job_id)).t!.state === 'running');
+    deadline.abort();
+    // The repeat's key check answers the attempt; its own read of the
+    // secrets then waits behind the lock too.
+    repeat = settle(claimForToken(pool, keyring, tokenHash, undefined, 60, { key: 'e' }));
+    await waitUntil(async () => {
+      const { rows } = await pool.query(
+        'select repeated_at from task_attempts where task_id = $1',
+        [task.id],
+      );
+      return rows[0]?.repeated_at != null;
+    });
+  } finally {
+    await lock.query('rollback');
+    lock.release();
+  }
+  const r1 = await first!;
+  const r2 = await repeat!;
+  assert.ok(r1.status === 'rejected' && r1.reason instanceof UnavailableError);
+  assert.ok(r2.status === 'fulfilled' && r2.value.task, 'the repeat is answered the task');
+  const after = (await db.tasksOf(task.job_id)).t!;
+  assert.equal(after.state, 'running');
+  assert.equal(after.lease_id, r2.value.task.lease_id);
+  assert.equal(after.attempt, 1);
+});
+
 test('a claim answered 503 by the early timeout while its answer was assembled is given back', async () => {
   const { task, tokenHash, worker, lane } = await oneTask({ secrets: ['TOKEN'] });
   // The secrets' read waits behind a lock this test holds, after the claim
@@ -256,4 +330,13 @@ async function waitUntil(check: () => Promise<boolean>): Promise<void> {
     await sleep(20);
   }
   throw new Error('the condition never held');
+}
+
+/** Backends of this database waiting for a row or table lock. */
+async function rowLockWaiters(): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(
+    `select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and wait_event_type = 'Lock'`,
+  );
+  return rows[0]!.n;
 }
