@@ -221,7 +221,15 @@ function clip(text: string, chars = CHARS): string {
   return text.length > chars ? `${text.slice(0, chars - 1)}…` : text;
 }
 
+// The expansion's values as its name shows them, in the order the pipeline
+// wrote its keys: the stored matrix is jsonb, which keeps keys in its own
+// order (shortest first), so it would say `os: linux, node: 20` for the task
+// named `test (node: 20, os: linux)`.
 function matrixLabel(task: GraphTask): string {
+  const prefix = `${task.base_name} (`;
+  if (task.name.startsWith(prefix) && task.name.endsWith(')')) {
+    return task.name.slice(prefix.length, -1);
+  }
   const values = Object.entries(task.matrix ?? {}).map(([k, v]) => `${k}: ${v}`);
   return values.length ? values.join(', ') : task.name;
 }

@@ -72,6 +72,7 @@ export async function rerunJob(
         maxAttempts: t.max_attempts,
         timeoutS: t.timeout_s,
         queueTimeoutS: t.queue_timeout_s,
+        failFast: t.fail_fast,
         position: t.position,
         kept:
           failedOnly && t.state === 'success'

@@ -67,6 +67,8 @@ export interface TaskRow {
   timeout_s: number;
   /** How long the task may wait queued before it fails for want of a worker (migrations/005). */
   queue_timeout_s: number;
+  /** A failed expansion of its matrix cancels its siblings (migrations/009). */
+  fail_fast: boolean;
   cancel_requested: boolean;
   exit_code: number | null;
   error: string | null;

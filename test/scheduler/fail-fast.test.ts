@@ -318,3 +318,23 @@ test('a fail_fast that flags a sibling before its failure is recorded wins: the 
   assert.deepEqual(await statusesOf(jobId), ['failure']);
   await assertTransitions(pool, [jobId]);
 });
+
+test('a failed-only rerun keeps fail_fast on the expansions it runs again', async () => {
+  const { jobId, byName } = await matrixJob(2, 2);
+  await report(pool, byName('m (n: 1)'), 'failed');
+  await report(pool, byName('m (n: 2)'), 'success');
+  assert.equal(await jobState(jobId), 'failed');
+  const { rerunJob } = await import('../../lib/scheduler/rerun.ts');
+  const rerun = await rerunJob(pool, jobId, true);
+  const { rows } = await pool.query<{ name: string; fail_fast: boolean }>(
+    `select name, fail_fast from tasks where job_id = $1 and name like 'm (%' order by name`,
+    [rerun.job.id],
+  );
+  assert.deepEqual(
+    rows.map((r) => [r.name, r.fail_fast]),
+    [
+      ['m (n: 1)', true],
+      ['m (n: 2)', true],
+    ],
+  );
+});
