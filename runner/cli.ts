@@ -4,9 +4,11 @@ import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { optionConflict, type Runner, type RunnerOptions, startRunner } from './index.ts';
 import { forgetToken, readTokenFile, TOKEN_VARIABLE } from './token.ts';
+import { RUNNER_VERSION } from './version.ts';
 
 export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [options]
        npx conductor-runner --url URL --token-file PATH [options]
+       node conductor-runner.mjs --url URL --token-file PATH [options]
 
   --url URL            the control plane (default $CONDUCTOR_URL)
   --token-file PATH    a file holding the worker token from POST /v1/workers,
@@ -37,6 +39,7 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
                        they are given back (default 30)
   --kill-grace-s N     between SIGTERM and SIGKILL when a script is stopped (default 5)
   --http-timeout-s N   how long one call to the control plane may take (default 30)
+  --version            print the runner's version and exit
   -h, --help           this text`;
 
 const seconds = (name: string, min: number) =>
@@ -113,9 +116,11 @@ export async function parseRunnerArgs(
       'kill-grace-s': { type: 'string' },
       'http-timeout-s': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
+      version: { type: 'boolean' },
     },
   });
   if (values.help) throw new HelpRequested();
+  if (values.version) throw new VersionRequested();
   if (values.token !== undefined) {
     // Every process on the host can read a command line (/proc/<pid>/cmdline,
     // ps), and so can the scripts this runner starts, whatever their user.
@@ -160,11 +165,14 @@ export async function parseRunnerArgs(
 }
 
 class HelpRequested extends Error {}
+class VersionRequested extends Error {}
 
 export interface CliIo {
   env: NodeJS.ProcessEnv;
   /** Usage and start-up errors (stderr). */
   err: (line: string) => void;
+  /** What was asked for: the version (stdout). Default: `err`. */
+  out?: (line: string) => void;
   /** Where SIGTERM and SIGINT come from (the process). */
   signals?: Pick<NodeJS.Process, 'on' | 'off'>;
 }
@@ -182,6 +190,11 @@ export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
   } catch (err) {
     if (err instanceof HelpRequested) {
       io.err(USAGE);
+      return 0;
+    }
+    if (err instanceof VersionRequested) {
+      // On stdout, unlike everything else: it is the answer asked for.
+      (io.out ?? io.err)(`conductor-runner ${RUNNER_VERSION}`);
       return 0;
     }
     io.err(`${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);

@@ -21,6 +21,7 @@ import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from 
 import { BUILD_USER, ensureUser, type RunAs, resolveRunAs } from './runas.ts';
 import { TaskRun } from './task.ts';
 import { TOKEN_VARIABLE } from './token.ts';
+import { RUNNER_VERSION } from './version.ts';
 
 export { HttpStatusError, RunnerClient } from './client.ts';
 export type { Logger, LogLevel, RunnerEvent, TaskRef } from './events.ts';
@@ -250,6 +251,7 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     log,
   });
   log('info', 'runner started', {
+    version: RUNNER_VERSION,
     url: options.url,
     labels: options.labels ?? null,
     concurrency,
