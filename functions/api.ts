@@ -22,13 +22,19 @@ import {
   SecretPutSchema,
   updateProject,
 } from '../lib/app/projects.ts';
-import { getJobView, listProjectJobs, MAX_LOG_PAGE_BYTES, readLog } from '../lib/app/views.ts';
+import {
+  getJobWithPage,
+  listProjectJobs,
+  MAX_LOG_PAGE_BYTES,
+  readTaskLog,
+} from '../lib/app/views.ts';
 import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/app/workers.ts';
 import { type AppContext, getContext } from '../lib/context.ts';
 import { NotFoundError } from '../lib/errors.ts';
 import { requireAdmin } from '../lib/http/auth.ts';
 import {
   type HttpEvent,
+  header,
   httpFunction,
   idParam,
   jsonBody,
@@ -37,6 +43,7 @@ import {
   type Reply,
 } from '../lib/http/index.ts';
 import { matchRoute } from '../lib/http/routes.ts';
+import { isLoopbackHost } from '../lib/pages/access.ts';
 import { type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
 
 const JobListQuery = z.object({
@@ -50,6 +57,24 @@ const LogQuery = z.object({
 });
 
 type Route = (event: HttpEvent, ctx: AppContext) => Promise<Reply>;
+
+/**
+ * Where this API's pages are: CONDUCTOR_PUBLIC_URL, else the host the
+ * request came to (API Gateway says the scheme in x-forwarded-proto; the
+ * local server, on loopback, serves plain http).
+ */
+function pagesOrigin(event: HttpEvent, ctx: AppContext): string {
+  if (ctx.config.CONDUCTOR_PUBLIC_URL) return ctx.config.CONDUCTOR_PUBLIC_URL;
+  const host = header(event, 'host') ?? event.requestContext?.domainName ?? 'localhost';
+  const forwarded = header(event, 'x-forwarded-proto')?.split(',')[0]?.trim();
+  const proto =
+    forwarded === 'http' || forwarded === 'https'
+      ? forwarded
+      : isLoopbackHost(host)
+        ? 'http'
+        : 'https';
+  return `${proto}://${host}`;
+}
 
 const routes: Record<string, Route> = {
   'POST /v1/projects': async (event, ctx) => ({
@@ -119,7 +144,12 @@ const routes: Record<string, Route> = {
   },
   'GET /v1/jobs/{id}': async (event, ctx) => ({
     status: 200,
-    body: await getJobView(ctx.pool, idParam(event, 'id', 'job')),
+    body: await getJobWithPage(
+      ctx.pool,
+      ctx.keyring,
+      idParam(event, 'id', 'job'),
+      pagesOrigin(event, ctx),
+    ),
   }),
   'POST /v1/jobs/{id}/cancel': async (event, ctx) => ({
     status: 200,
@@ -136,7 +166,7 @@ const routes: Record<string, Route> = {
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {
     const { attempt, offset, limit } = queryParams(event, LogQuery);
-    const log = await readLog(ctx.pool, idParam(event, 'id', 'task'), attempt, offset, limit);
+    const log = await readTaskLog(ctx.pool, idParam(event, 'id', 'task'), attempt, offset, limit);
     return {
       status: 200,
       text: log.text,
@@ -144,6 +174,7 @@ const routes: Record<string, Route> = {
         'x-log-attempt': String(log.attempt),
         'x-log-size': String(log.size),
         'x-log-end': String(log.end),
+        ...(log.copiedFrom ? { 'x-log-copied-from': log.copiedFrom } : {}),
       },
     };
   },

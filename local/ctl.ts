@@ -1,23 +1,31 @@
 // The admin CLI (`npm run ctl -- <command>`): creates projects, workers and
-// secrets, sends a signed test webhook, lists jobs and shows one, all through
-// the HTTP API, like any other client.
+// secrets, sends a signed test webhook, lists jobs and shows one, reruns them,
+// all through the HTTP API like any other client; and checks a pipeline file
+// with the server's compiler, with no server at all (`validate`).
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { formatIssue, planPipeline } from '../lib/app/jobs.ts';
+import { taskLines } from '../lib/pages/graph.ts';
 import { sendPush } from './push.ts';
 
 export const USAGE = `usage: npm run ctl -- <command> [options]
 
   projects                                  list projects
   project create --id ID --repo OWNER/NAME --repo-url URL|PATH
-                 [--forge github|gitea] [--forge-url URL] [--forge-token T] [--name N]
+                 [--forge github|gitea] [--forge-url URL] [--forge-token-file PATH|-]
+                 [--name N] [--cancel-superseded true|false]
                  [--fork-pull-requests approve|run|ignore] [--visibility private|public]
                  [--bot-pull-requests untrusted|trusted]
                                             create a project; prints its webhook secret once
-  project update ID [--name N] [--repo-url URL|PATH] [--forge-url URL] [--forge-token T]
-                 [--fork-pull-requests approve|run|ignore] [--visibility private|public]
-                 [--bot-pull-requests untrusted|trusted]
-                                            change the settings given
+  project update ID [--name N] [--repo-url URL|PATH] [--forge-url URL]
+                 [--forge-token-file PATH|- | --drop-forge-token] [--enabled true|false]
+                 [--cancel-superseded true|false] [--fork-pull-requests approve|run|ignore]
+                 [--bot-pull-requests untrusted|trusted] [--visibility private|public]
+                                            change the settings given (a new --forge-url
+                                            drops the stored token unless one is given too)
   project show ID                           show a project
   worker create --name NAME [--labels a,b] [--untrusted]
                 [--projects a,b | --all-projects] [--ephemeral]
@@ -28,34 +36,150 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                                             prints its token once
   worker revoke ID                          revoke a worker: its token stops working at once
   workers                                   list workers
-  secret set --project ID --name NAME --value VALUE
+  secret set --project ID --name NAME [--file PATH]
+                                            set a secret to what standard input holds (a
+                                            terminal asks for it without echoing it) or the
+                                            file PATH holds; one final line feed is dropped
   secrets --project ID                      list secret names
   webhook push --project ID --secret WEBHOOK_SECRET --sha SHA [--ref refs/heads/main]
                                             sign and send a push webhook as the forge would
   trigger --project ID --sha SHA [--ref main]
                                             start a job by hand
   jobs --project ID [--limit N]             list a project's jobs, newest first
-  job JOB_ID                                show a job and its tasks
+  job JOB_ID                                show a job, its tasks and its page's link
   job approve JOB_ID                        let a blocked (untrusted) job run, still untrusted
   cancel JOB_ID                             cancel a job (a blocked one is declined)
-  log TASK_ID [--attempt N]                 print a task's log
+  rerun JOB_ID [--failed-only]              run a finished job again as a new job
+                                            (--failed-only: successful tasks are kept)
+  log TASK_ID [--attempt N]                 print a task's log (a task kept by a
+                                            --failed-only rerun: the log it was kept from)
+  validate [FILE] [--ref REF]               check a pipeline file (default .conductor.yml)
+                                            with the server's compiler, no server needed:
+                                            its problems, or the tasks a job for REF runs
+                                            (default: the current branch) and those that
+                                            only leaves out; included files are read from
+                                            the working tree. Exit 0 valid, 1 invalid
 
   --url URL      the control plane (default http://127.0.0.1:$PORT, PORT defaulting to 8080)
   --token TOKEN  the admin token (default $CONDUCTOR_ADMIN_TOKEN, or the one npm start
-                 keeps in $CONDUCTOR_DATA_DIR/admin-token)`;
+                 keeps in $CONDUCTOR_DATA_DIR/admin-token)
+
+Secret values and forge tokens are never taken from the command line: npm prints
+its command line, and the shell keeps it in its history.`;
 
 export interface CtlIo {
   out: (line: string) => void;
   env: NodeJS.ProcessEnv;
   fetch?: typeof fetch;
+  /** Where secret values are read from (`secret set`, `--forge-token-file -`). */
+  stdin?: AsyncIterable<string | Buffer> & { isTTY?: boolean };
+  /** Asks for a value on a terminal without echoing it (used when stdin is a terminal). */
+  prompt?: (question: string) => Promise<string>;
+  /** What relative paths (validate, --file) are relative to; default the process's. */
+  cwd?: string;
 }
 
-class UsageError extends Error {}
+/** A command used wrongly: exit 2, with the usage unless `showUsage` is false. */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly showUsage = true,
+  ) {
+    super(message);
+  }
+}
 
 function required(values: Record<string, unknown>, name: string): string {
   const v = values[name];
   if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
   return v;
+}
+
+// npm prints the command line it runs (`> node ... secret set --value ...`),
+// so a value given there shows on the terminal, and in the shell's history.
+const ECHOED =
+  'npm prints its command line, so the value would show in your terminal and stay in your shell history';
+
+function boolFlag(values: Record<string, unknown>, name: string): boolean | undefined {
+  const v = values[name];
+  if (v === undefined) return undefined;
+  if (v === 'true' || v === 'false') return v === 'true';
+  throw new UsageError(`--${name} takes true or false, not ${JSON.stringify(v)}`);
+}
+
+/** Everything a stream holds, as text. */
+async function readAll(stream: AsyncIterable<string | Buffer>): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) {
+    chunks.push(typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/**
+ * A secret value from a file, or with `-` (or no path) from standard input: a
+ * terminal is asked without echo, anything else read to its end. One final
+ * line feed is dropped (what `echo` and editors add); an empty value is refused.
+ */
+async function readValue(io: CtlIo, what: string, path: string | undefined): Promise<string> {
+  let value: string;
+  if (path !== undefined && path !== '-') {
+    try {
+      value = readFileSync(resolve(io.cwd ?? process.cwd(), path), 'utf8');
+    } catch (err) {
+      throw new UsageError(`cannot read ${path}: ${(err as Error).message}`, false);
+    }
+  } else if (io.stdin?.isTTY && io.prompt) {
+    value = await io.prompt(`${what} (not echoed): `);
+  } else if (io.stdin) {
+    value = await readAll(io.stdin);
+  } else {
+    throw new UsageError(`no standard input to read ${what} from: give a file`, false);
+  }
+  value = value.replace(/\r?\n$/, '');
+  if (value === '') throw new UsageError(`${what} is empty: nothing was set`, false);
+  return value;
+}
+
+/**
+ * Reads a line from a terminal without echoing it: raw mode, so no character
+ * reaches the screen; backspace edits, Enter ends, Ctrl-C gives up.
+ */
+export function promptHidden(
+  question: string,
+  input: NodeJS.ReadableStream & { setRawMode?: (raw: boolean) => unknown },
+  output: NodeJS.WritableStream,
+): Promise<string> {
+  output.write(question);
+  input.setRawMode?.(true);
+  input.setEncoding('utf8');
+  input.resume();
+  return new Promise((done, fail) => {
+    let value = '';
+    const finish = () => {
+      input.off('data', onData);
+      input.setRawMode?.(false);
+      input.pause();
+      output.write('\n');
+    };
+    const onData = (chunk: string | Buffer) => {
+      for (const ch of String(chunk)) {
+        if (ch === '\r' || ch === '\n' || ch === '\u0004') {
+          finish();
+          done(value);
+          return;
+        }
+        if (ch === '\u0003') {
+          finish();
+          fail(new UsageError('cancelled: nothing was set', false));
+          return;
+        }
+        if (ch === '\u007f' || ch === '\b') value = [...value].slice(0, -1).join('');
+        else value += ch;
+      }
+    };
+    input.on('data', onData);
+  });
 }
 
 function adminToken(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
@@ -94,6 +218,12 @@ function parse(argv: string[]) {
       forge: { type: 'string' },
       'forge-url': { type: 'string' },
       'forge-token': { type: 'string' },
+      'forge-token-file': { type: 'string' },
+      'drop-forge-token': { type: 'boolean' },
+      enabled: { type: 'string' },
+      'cancel-superseded': { type: 'string' },
+      file: { type: 'string' },
+      'failed-only': { type: 'boolean' },
       labels: { type: 'string' },
       untrusted: { type: 'boolean' },
       projects: { type: 'string' },
@@ -118,7 +248,8 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
   const [command, sub, arg] = positionals;
   if (values.help || !command) {
     io.out(USAGE);
-    return command ? 0 : 2;
+    // Asked for, it is an answer; for want of a command, a usage error.
+    return values.help ? 0 : 2;
   }
   const base = (values.url ?? `http://127.0.0.1:${io.env.PORT || 8080}`).replace(/\/$/, '');
   const doFetch = io.fetch ?? fetch;
@@ -144,6 +275,20 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
   const print = (value: unknown) => io.out(JSON.stringify(value, null, 2));
 
   try {
+    // Secrets on the command line are refused before anything is sent.
+    if (values.value !== undefined) {
+      throw new UsageError(
+        `--value is refused: ${ECHOED}. Pipe the value in (printf %s "$VALUE" | npm run ctl -- secret set ...), type it when asked, or give --file PATH`,
+        false,
+      );
+    }
+    if (values['forge-token'] !== undefined) {
+      throw new UsageError(
+        `--forge-token is refused: ${ECHOED}. Give --forge-token-file PATH, or --forge-token-file - to read it from standard input`,
+        false,
+      );
+    }
+    if (command === 'validate') return await validate(positionals.slice(1), values, io);
     switch (
       `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke'].includes(sub) ? ` ${sub}` : ''}`
     ) {
@@ -159,7 +304,12 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           repo: required(values, 'repo'),
           repo_url: required(values, 'repo-url'),
           ...(values['forge-url'] ? { forge_url: values['forge-url'] } : {}),
-          ...(values['forge-token'] ? { forge_token: values['forge-token'] } : {}),
+          ...(values['forge-token-file'] !== undefined
+            ? { forge_token: await readValue(io, 'the forge token', values['forge-token-file']) }
+            : {}),
+          ...(values['cancel-superseded'] !== undefined
+            ? { cancel_superseded: boolFlag(values, 'cancel-superseded') }
+            : {}),
           ...(values['fork-pull-requests']
             ? { fork_pull_requests: values['fork-pull-requests'] }
             : {}),
@@ -174,13 +324,12 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       }
       case 'project update': {
         const id = arg ?? required(values, 'id');
-        const changes = Object.fromEntries(
+        const changes: Record<string, unknown> = Object.fromEntries(
           (
             [
               ['name', 'name'],
               ['repo-url', 'repo_url'],
               ['forge-url', 'forge_url'],
-              ['forge-token', 'forge_token'],
               ['fork-pull-requests', 'fork_pull_requests'],
               ['bot-pull-requests', 'bot_pull_requests'],
               ['visibility', 'visibility'],
@@ -189,10 +338,29 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
             .filter(([flag]) => values[flag] !== undefined)
             .map(([flag, field]) => [field, values[flag]]),
         );
+        for (const [flag, field] of [
+          ['enabled', 'enabled'],
+          ['cancel-superseded', 'cancel_superseded'],
+        ] as const) {
+          const value = boolFlag(values, flag);
+          if (value !== undefined) changes[field] = value;
+        }
+        if (values['forge-token-file'] !== undefined && values['drop-forge-token']) {
+          throw new UsageError('give --forge-token-file or --drop-forge-token, not both');
+        }
+        if (values['drop-forge-token']) changes.forge_token = null;
+        if (values['forge-token-file'] !== undefined) {
+          changes.forge_token = await readValue(io, 'the forge token', values['forge-token-file']);
+        }
         if (Object.keys(changes).length === 0) {
           throw new UsageError('project update needs at least one setting to change');
         }
         print((await api('PATCH', `/v1/projects/${encodeURIComponent(id)}`, changes)).json);
+        if (changes.forge_url !== undefined && changes.forge_token === undefined) {
+          io.out(
+            'the stored forge token was dropped with the old forge URL: give it again with --forge-token-file if the project needs one',
+          );
+        }
         return 0;
       }
       case 'project show':
@@ -242,12 +410,13 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       case 'secret set': {
         const project = required(values, 'project');
         const name = required(values, 'name');
+        // A missing admin token is said before anyone types the value.
+        adminToken(values, io.env);
+        const value = await readValue(io, `the value of ${name}`, values.file);
         const set = await api(
           'PUT',
           `/v1/projects/${encodeURIComponent(project)}/secrets/${encodeURIComponent(name)}`,
-          {
-            value: required(values, 'value'),
-          },
+          { value },
         );
         io.out(`secret ${name} set for ${project}`);
         const warning = set.headers.get('x-conductor-warning');
@@ -311,6 +480,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         if (!sub) throw new UsageError('job needs a JOB_ID');
         const { job, tasks } = (await api('GET', `/v1/jobs/${encodeURIComponent(sub)}`)).json;
         io.out(`job #${job.number} ${job.state} (${job.trigger} ${job.ref} ${job.sha})`);
+        if (job.page_url) io.out(`page: ${job.page_url}`);
         io.out(
           `${job.trusted ? 'trusted' : 'untrusted'}${job.trust_reason ? `: ${job.trust_reason}` : ''}`,
         );
@@ -318,9 +488,11 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           io.out(`waiting for approval: npm run ctl -- job approve ${job.id}`);
         if (job.error) io.out(job.error);
         for (const task of tasks) {
-          const why = task.error ?? task.queue_reason;
+          // The job page's words for why a task is as it is ("allowed to
+          // fail", "kept from the earlier job", its error or queue reason).
+          const { note } = taskLines(task);
           io.out(
-            `  ${task.state.padEnd(9)} ${task.name}  attempt ${task.attempt}/${task.max_attempts}${why ? `  ${why}` : ''}`,
+            `  ${task.state.padEnd(9)} ${task.name}  attempt ${task.attempt}/${task.max_attempts}${note ? `  ${note}` : ''}`,
           );
         }
         return 0;
@@ -333,6 +505,15 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       case 'cancel': {
         if (!sub) throw new UsageError('cancel needs a JOB_ID');
         print((await api('POST', `/v1/jobs/${encodeURIComponent(sub)}/cancel`)).json);
+        return 0;
+      }
+      case 'rerun': {
+        if (!sub) throw new UsageError('rerun needs a JOB_ID');
+        const started = await api('POST', `/v1/jobs/${encodeURIComponent(sub)}/rerun`, {
+          failed_only: values['failed-only'] ?? false,
+        });
+        print(started.json);
+        io.out(`follow it: npm run ctl -- job ${started.json.job_id}`);
         return 0;
       }
       case 'log': {
@@ -359,10 +540,105 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
     }
   } catch (err) {
     if (err instanceof UsageError) {
-      io.out(`${err.message}\n\n${USAGE}`);
+      io.out(err.showUsage ? `${err.message}\n\n${USAGE}` : err.message);
       return 2;
     }
     io.out(err instanceof Error ? err.message : String(err));
     return 1;
   }
+}
+
+/** The ref a validate without --ref checks for: the current branch, or main, saying which. */
+function currentRef(dir: string): { ref: string; why: string } {
+  try {
+    const branch = execFileSync('git', ['-C', dir, 'symbolic-ref', '--short', '-q', 'HEAD'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+      timeout: 10_000,
+    })
+      .toString()
+      .trim();
+    if (branch) return { ref: `refs/heads/${branch}`, why: 'the current branch' };
+  } catch {
+    // Not a repository, or a detached HEAD: assumed, and said so.
+  }
+  return { ref: 'refs/heads/main', why: 'assumed: no current branch here; give --ref' };
+}
+
+/**
+ * `validate [FILE] [--ref REF]`: compiles the file as the server would for a
+ * push of REF, with no server. Included files are read from the working tree,
+ * their paths taken from the pipeline file's folder (the repository's root,
+ * where the server finds .conductor.yml).
+ */
+async function validate(args: string[], values: { ref?: string }, io: CtlIo): Promise<number> {
+  if (args.length > 1) throw new UsageError('validate takes one pipeline file');
+  const cwd = io.cwd ?? process.cwd();
+  const shown = args[0] ?? '.conductor.yml';
+  const file = resolve(cwd, shown);
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new UsageError(
+      code === 'ENOENT'
+        ? `no pipeline file at ${shown}`
+        : `cannot read ${shown}: ${(err as Error).message}`,
+      false,
+    );
+  }
+  const root = dirname(file);
+  const given = values.ref;
+  const { ref, why } = given
+    ? { ref: given.startsWith('refs/') ? given : `refs/heads/${given}`, why: '' }
+    : currentRef(root);
+  const event = ref.startsWith('refs/tags/') ? 'tag' : 'push';
+  const plan = await planPipeline(text, { ref, event }, async (path) => {
+    try {
+      return { text: await readFile(join(root, path), 'utf8') };
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      return {
+        error:
+          code === 'ENOENT'
+            ? `${JSON.stringify(path)} does not exist in the working tree`
+            : `${JSON.stringify(path)} cannot be read: ${(err as Error).message}`,
+      };
+    }
+  });
+  if ('issues' in plan) {
+    // An included file's problems name it from the repository root; from
+    // here, so that an editor opens it from these lines.
+    const rel = isAbsolute(shown) ? root : relative(cwd, root);
+    for (const issue of plan.issues) {
+      const where = issue.file === undefined ? issue : { ...issue, file: join(rel, issue.file) };
+      io.out(formatIssue(where, shown));
+    }
+    const n = plan.issues.length;
+    io.out(
+      `${shown}: ${n} problem${n === 1 ? '' : 's'}; a job would fail with ${n === 1 ? 'it' : 'them'}`,
+    );
+    return 1;
+  }
+  const { tasks, name } = plan.pipeline;
+  const n = tasks.length;
+  io.out(
+    `${shown}: valid${name ? ` (${name})` : ''}; a push of ${ref}${why ? ` (${why})` : ''} runs ${n} task${n === 1 ? '' : 's'}${n ? ':' : ''}`,
+  );
+  const width = Math.min(48, Math.max(0, ...tasks.map((t) => t.name.length)));
+  for (const task of tasks) {
+    const notes = [
+      task.needs.length > 0 ? `needs ${task.needs.join(', ')}` : '',
+      task.allowFailure ? 'allowed to fail' : '',
+      task.secrets.length > 0 ? `secrets ${task.secrets.join(', ')}` : '',
+      task.labels.length > 0 ? `labels ${task.labels.join(', ')}` : '',
+    ].filter(Boolean);
+    io.out(`  ${task.name.padEnd(width)}${notes.length ? `  ${notes.join(' · ')}` : ''}`.trimEnd());
+  }
+  if (plan.leftOut.length > 0) {
+    io.out(`left out for ${ref}:`);
+    const w = Math.min(48, Math.max(...plan.leftOut.map((t) => t.name.length)));
+    for (const task of plan.leftOut) io.out(`  ${task.name.padEnd(w)}  ${task.reason}`);
+  }
+  return 0;
 }

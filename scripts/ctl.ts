@@ -1,6 +1,12 @@
-import { runCtl } from '../local/ctl.ts';
+import { promptHidden, runCtl } from '../local/ctl.ts';
 
 process.exitCode = await runCtl(process.argv.slice(2), {
   out: (line) => console.log(line),
   env: process.env,
+  stdin: process.stdin,
+  // On stderr: stdout may be piped somewhere, and the question is for the person.
+  prompt: (question) => promptHidden(question, process.stdin, process.stderr),
+  // `npm run` runs this in the project's folder; a path the user typed is
+  // relative to where they typed it, which npm passes as INIT_CWD.
+  cwd: process.env.INIT_CWD || process.cwd(),
 });

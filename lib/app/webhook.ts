@@ -5,6 +5,7 @@ import type { AppContext } from '../context.ts';
 import { AppError, BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
 import {
   type ForgeKind,
+  notJsonMessage,
   parseWebhook,
   readWebhookHeaders,
   verifySignature,
@@ -104,15 +105,57 @@ export function checkDelivery(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
-): { intent: WebhookIntent; delivery: string; signature: string | undefined } {
+): {
+  intent: WebhookIntent;
+  delivery: string;
+  signature: string | undefined;
+  payload: unknown;
+} {
   const { event, delivery, signature } = readWebhookHeaders(forge, headers);
   let payload: unknown;
   try {
     payload = JSON.parse(body.toString('utf8'));
   } catch {
-    throw new BadRequestError('the body is not valid JSON');
+    throw new BadRequestError(notJsonMessage(forge, headers, body));
   }
-  return { intent: parseWebhook(forge, event, payload), delivery, signature };
+  return { intent: parseWebhook(forge, event, payload), delivery, signature, payload };
+}
+
+// Only what can be pasted into a shell as it is: the payload is the sender's
+// text, and it is not yet known to come from the forge.
+const PASTABLE_URL = /^https?:\/\/[A-Za-z0-9._~:/@%+-]{1,300}$/;
+
+/**
+ * The command that registers a project for a repository no project has, with
+ * what the payload tells of it (its clone URL, and Gitea's base URL): the
+ * answer to the first push a newcomer's forge sends.
+ */
+export function createProjectCommand(forge: ForgeKind, repo: string, payload: unknown): string {
+  const repository = (payload as { repository?: Record<string, unknown> } | null)?.repository;
+  const pick = (field: string) => {
+    const value = repository?.[field];
+    return typeof value === 'string' && PASTABLE_URL.test(value) ? value : undefined;
+  };
+  const name = repo.split('/').pop() ?? '';
+  const id =
+    name
+      .toLowerCase()
+      .replace(/[^a-z0-9-]+/g, '-')
+      .replace(/^-+/, '')
+      .slice(0, 63) || 'my-project';
+  const parts = ['npm run ctl -- project create', `--id ${id}`];
+  if (forge !== 'github') parts.push(`--forge ${forge}`);
+  parts.push(`--repo ${/^[A-Za-z0-9._/-]+$/.test(repo) ? repo : 'OWNER/NAME'}`);
+  parts.push(`--repo-url ${pick('clone_url') ?? '<clone URL>'}`);
+  if (forge === 'gitea') {
+    // Gitea's html_url is <base URL>/<owner>/<name>.
+    const page = pick('html_url');
+    const base = page?.toLowerCase().endsWith(`/${repo.toLowerCase()}`)
+      ? page.slice(0, -(repo.length + 1))
+      : undefined;
+    parts.push(`--forge-url ${base || '<Gitea URL>'}`);
+  }
+  return parts.join(' ');
 }
 
 /** What a delivery that passed the signature check was verified against. */
@@ -138,9 +181,20 @@ export async function handleDelivery(
   headers: Record<string, string | undefined>,
   body: Buffer,
 ): Promise<{ reply: Reply; verifiedBy?: VerifiedBy }> {
-  const { intent, delivery, signature } = checkDelivery(forge, headers, body);
+  const { intent, delivery, signature, payload } = checkDelivery(forge, headers, body);
   const project = await findProjectByRepo(ctx.pool, forge, intent.repo);
-  if (!project) throw new NotFoundError(`no ${forge} project for ${intent.repo}`);
+  if (!project) {
+    const command = createProjectCommand(forge, intent.repo, payload);
+    // Logged: the forge keeps the answer in its delivery log, where the
+    // person running `npm start` is not looking.
+    log('warn', 'a webhook for a repository that no project has', {
+      forge,
+      repo: intent.repo,
+      delivery,
+      create: command,
+    });
+    throw new NotFoundError(`no ${forge} project for ${intent.repo}; create one with: ${command}`);
+  }
   if (!verifySignature(forge, body, webhookSecret(ctx.keyring, project), signature)) {
     throw new UnauthorizedError('the webhook signature is missing or wrong');
   }

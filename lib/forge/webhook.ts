@@ -460,6 +460,29 @@ function issueMessage(issue: z.core.$ZodRawIssue): string | undefined {
   return `expected ${EXPECTED[issue.expected] ?? issue.expected}, got ${describe(issue.input)}`;
 }
 
+/**
+ * Why a webhook body is not JSON, and what to change at the forge when its setting is the cause.
+ * Both forges offer a second
+ * content type, `application/x-www-form-urlencoded`, which sends the JSON as a `payload=` form
+ * field; the signature would still check, so the only fix is the webhook's setting.
+ */
+export function notJsonMessage(
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+  body: Buffer,
+): string {
+  const type = Object.entries(headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
+  const form =
+    /^\s*application\/x-www-form-urlencoded/i.test(type ?? '') ||
+    body.subarray(0, 8).toString('latin1') === 'payload=';
+  const setting = forge === 'github' ? '"Content type"' : '"POST Content Type"';
+  const fix = `set the webhook's ${setting} to application/json (the repository's Settings, Webhooks)`;
+  if (form) return `the body is form-encoded (application/x-www-form-urlencoded), not JSON: ${fix}`;
+  // Sent as JSON and still broken: the forge's setting is not the cause.
+  if (type === undefined || /\bjson\b/i.test(type)) return 'the body is not valid JSON';
+  return `the body is not valid JSON (content type ${JSON.stringify(type.slice(0, 100))}): ${fix}`;
+}
+
 /** Describes a JSON value for a message: `null`, `a list`, `an object`, `"text"`, `42`. */
 function describe(value: unknown): string {
   if (value === null) return 'null';

@@ -304,10 +304,15 @@ export async function insertTasksTx(
         set state = 'failed', finished_at = now(), queued_at = null,
             error = m.message
        from (select t.id,
+                    -- Each message ends with the command that sets what is missing
+                    -- (the CLI reads the value from standard input).
                     case when count(*) = 1
-                         then format('secret %s is not set for project %s', string_agg(s.name, ', '), $2::text)
-                         else format('secrets %s are not set for project %s',
-                                     string_agg(s.name, ', ' order by s.name), $2::text) end as message
+                         then format('secret %s is not set for project %s; set it with: npm run ctl -- secret set --project %s --name %s',
+                                     string_agg(s.name, ', '), $2::text, $2::text, string_agg(s.name, ', '))
+                         else format('secrets %s are not set for project %s; set each with: %s',
+                                     string_agg(s.name, ', ' order by s.name), $2::text,
+                                     string_agg(format('npm run ctl -- secret set --project %s --name %s', $2::text, s.name),
+                                                '; ' order by s.name)) end as message
                from tasks t cross join lateral unnest(t.secrets) as s (name)
               where t.job_id = $1
                 and not exists (select 1 from project_secrets ps

@@ -1,10 +1,14 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PassThrough, Readable, Writable } from 'node:stream';
 import { after, test } from 'node:test';
-import { runCtl } from '../../local/ctl.ts';
+import { sealContext } from '../../lib/app/projects.ts';
+import { decrypt } from '../../lib/secrets.ts';
+import { type CtlIo, promptHidden, runCtl } from '../../local/ctl.ts';
 import { testStack } from '../helpers/stack.ts';
 
 const stack = await testStack(import.meta.filename);
@@ -25,13 +29,21 @@ git('commit', '-q', '-m', 'pipeline');
 const sha = git('rev-parse', 'HEAD');
 
 async function ctl(...argv: string[]) {
+  return ctlWith({}, ...argv);
+}
+
+/** The CLI with more of its io: what stdin holds, a terminal's prompt, the folder it runs in. */
+async function ctlWith(io: Partial<CtlIo>, ...argv: string[]) {
   const lines: string[] = [];
   const code = await runCtl([...argv, '--url', stack.url, '--token', stack.adminToken], {
     out: (l) => lines.push(l),
     env: {},
+    ...io,
   });
   return { code, out: lines.join('\n') };
 }
+
+const piped = (text: string) => ({ stdin: Readable.from([Buffer.from(text)]) });
 
 test('the CLI creates a project, a worker and a secret, sends a signed push and shows the job', async () => {
   const project = await ctl(
@@ -53,13 +65,20 @@ test('the CLI creates a project, a worker and a secret, sends a signed push and 
   assert.match(worker.out, /worker token \(shown once\): cw_\S+/);
   assert.match(worker.out, /"docker"/);
 
-  assert.equal(
-    (await ctl('secret', 'set', '--project', 'cli', '--name', 'TOKEN', '--value', 'v')).code,
-    0,
+  const set = await ctlWith(
+    piped('value-from-stdin\n'),
+    'secret',
+    'set',
+    '--project',
+    'cli',
+    '--name',
+    'TOKEN',
   );
+  assert.equal(set.code, 0, set.out);
+  assert.equal(set.out, 'secret TOKEN set for cli');
   const secrets = await ctl('secrets', '--project', 'cli');
   assert.match(secrets.out, /"name": "TOKEN"/);
-  assert.doesNotMatch(secrets.out, /"v"/);
+  assert.doesNotMatch(secrets.out, /value-from-stdin/);
 
   const push = await ctl('webhook', 'push', '--project', 'cli', '--secret', secret, '--sha', sha);
   assert.equal(push.code, 0, push.out);
@@ -76,6 +95,12 @@ test('the CLI creates a project, a worker and a secret, sends a signed push and 
   assert.match(shown, /job #1 running \(push refs\/heads\/main /);
   assert.match(shown, /queued\s+build/);
   assert.match(shown, /waiting\s+test/);
+  // The job's page, by the signed link: it opens without signing in.
+  const page = /^page: (\S+)$/m.exec(shown)?.[1];
+  assert.ok(page?.startsWith(`${stack.url}/jobs/${jobId}?sig=`), shown);
+  const opened = await fetch(page!, { redirect: 'manual' });
+  assert.equal(opened.status, 200);
+  assert.match(await opened.text(), /data-job-state="running"/);
 
   const jobs = await ctl('jobs', '--project', 'cli');
   assert.match(jobs.out, new RegExp(`#1\\trunning\\tpush\\trefs/heads/main\\t${sha.slice(0, 12)}`));
@@ -118,4 +143,249 @@ test('the CLI registers a worker scoped to projects or ephemeral, says when one 
   assert.equal(revoked.code, 0, revoked.out);
   const listed = await ctl('workers');
   assert.match(listed.out, new RegExp(`"id": "${id}"[\\s\\S]*?"revoked": true`));
+});
+
+/** A project's secret as stored, opened with the stack's keyring. */
+async function storedSecret(project: string, name: string): Promise<string | null> {
+  const { rows } = await stack.context.pool.query<{ value_enc: string }>(
+    'select value_enc from project_secrets where project_id = $1 and name = $2',
+    [project, name],
+  );
+  return rows[0]
+    ? decrypt(stack.context.keyring, rows[0].value_enc, sealContext.secret(project, name))
+    : null;
+}
+
+test('secret set takes the value from stdin or --file, less one final line feed, and refuses --value and an empty value, saying why', async () => {
+  const refused = await ctl(
+    'secret',
+    'set',
+    '--project',
+    'cli',
+    '--name',
+    'ECHOED',
+    '--value',
+    'x',
+  );
+  assert.equal(refused.code, 2);
+  assert.match(
+    refused.out,
+    /^--value is refused: npm prints its command line, so the value would show/,
+  );
+  assert.match(refused.out, /printf %s "\$VALUE" \| npm run ctl -- secret set/);
+  assert.equal(await storedSecret('cli', 'ECHOED'), null);
+
+  const empty = await ctlWith(piped('\n'), 'secret', 'set', '--project', 'cli', '--name', 'EMPTY');
+  assert.equal(empty.code, 2);
+  assert.equal(empty.out, 'the value of EMPTY is empty: nothing was set');
+  assert.equal(await storedSecret('cli', 'EMPTY'), null);
+
+  // Only one line feed goes: a value may end in white space of its own.
+  const multi = await ctlWith(
+    piped('line one\nline two \n\n'),
+    'secret',
+    'set',
+    '--project',
+    'cli',
+    '--name',
+    'MULTI',
+  );
+  assert.equal(multi.code, 0, multi.out);
+  assert.equal(await storedSecret('cli', 'MULTI'), 'line one\nline two \n');
+
+  // --file is relative to where the command was typed (npm's INIT_CWD).
+  const dir = await mkdtemp(join(tmpdir(), 'conductor-ctl-file-'));
+  after(() => rm(dir, { recursive: true, force: true }));
+  await writeFile(join(dir, 'token.txt'), 'from-a-file\r\n');
+  const fromFile = await ctlWith(
+    { cwd: dir, ...piped('not this') },
+    'secret',
+    'set',
+    '--project',
+    'cli',
+    '--name',
+    'FILED',
+    '--file',
+    'token.txt',
+  );
+  assert.equal(fromFile.code, 0, fromFile.out);
+  assert.equal(await storedSecret('cli', 'FILED'), 'from-a-file');
+  const missing = await ctlWith(
+    { cwd: dir },
+    'secret',
+    'set',
+    '--project',
+    'cli',
+    '--name',
+    'X',
+    '--file',
+    'nope.txt',
+  );
+  assert.equal(missing.code, 2);
+  assert.match(missing.out, /^cannot read nope\.txt: ENOENT/);
+});
+
+test('secret set on a terminal asks for the value through the prompt, not stdin', async () => {
+  const asked: string[] = [];
+  const terminal = Object.assign(Readable.from([Buffer.from('typed-ahead\n')]), { isTTY: true });
+  const set = await ctlWith(
+    {
+      stdin: terminal,
+      prompt: async (question) => {
+        asked.push(question);
+        return 'typed-at-the-prompt';
+      },
+    },
+    'secret',
+    'set',
+    '--project',
+    'cli',
+    '--name',
+    'TYPED',
+  );
+  assert.equal(set.code, 0, set.out);
+  assert.deepEqual(asked, ['the value of TYPED (not echoed): ']);
+  assert.equal(await storedSecret('cli', 'TYPED'), 'typed-at-the-prompt');
+});
+
+test('the prompt puts the terminal in raw mode, echoes nothing typed, honours backspace and restores the terminal', async () => {
+  const input = new PassThrough() as PassThrough & { setRawMode: (raw: boolean) => void };
+  const modes: boolean[] = [];
+  input.setRawMode = (raw) => void modes.push(raw);
+  let shown = '';
+  const output = new Writable({
+    write(chunk, _encoding, done) {
+      shown += String(chunk);
+      done();
+    },
+  });
+  const answer = promptHidden('token: ', input, output);
+  input.write('hunter3');
+  input.write('\u007f2\r');
+  assert.equal(await answer, 'hunter2');
+  assert.equal(shown, 'token: \n');
+  assert.deepEqual(modes, [true, false]);
+
+  const cancelled = new PassThrough() as PassThrough & { setRawMode: (raw: boolean) => void };
+  cancelled.setRawMode = () => {};
+  const gaveUp = promptHidden('token: ', cancelled, output);
+  cancelled.write('abc\u0003');
+  await assert.rejects(gaveUp, /cancelled: nothing was set/);
+});
+
+test('project update changes every PATCH field, reads the forge token from stdin or a file, and refuses it on the command line', async () => {
+  const token = await ctlWith(
+    piped('ghp_from_stdin\n'),
+    'project',
+    'update',
+    'cli',
+    '--name',
+    'CLI project',
+    '--repo-url',
+    'https://github.com/acme/cli.git',
+    '--forge-token-file',
+    '-',
+    '--enabled',
+    'false',
+    '--cancel-superseded',
+    'false',
+    '--fork-pull-requests',
+    'run',
+    '--bot-pull-requests',
+    'trusted',
+    '--visibility',
+    'public',
+  );
+  assert.equal(token.code, 0, token.out);
+  const { project } = JSON.parse(token.out);
+  assert.deepEqual(
+    [
+      project.name,
+      project.repo_url,
+      project.has_forge_token,
+      project.enabled,
+      project.cancel_superseded,
+      project.fork_pull_requests,
+      project.bot_pull_requests,
+      project.visibility,
+    ],
+    [
+      'CLI project',
+      'https://github.com/acme/cli.git',
+      true,
+      false,
+      false,
+      'run',
+      'trusted',
+      'public',
+    ],
+  );
+
+  // A new forge URL drops the token unless it is given again, and ctl says so.
+  const moved = await ctl('project', 'update', 'cli', '--forge-url', 'https://gitea.example');
+  assert.equal(moved.code, 0, moved.out);
+  assert.equal(
+    JSON.parse(moved.out.slice(0, moved.out.lastIndexOf('}') + 1)).project.has_forge_token,
+    false,
+  );
+  assert.match(moved.out, /the stored forge token was dropped with the old forge URL/);
+  const again = await ctlWith(
+    piped('second-token'),
+    'project',
+    'update',
+    'cli',
+    '--forge-token-file',
+    '-',
+  );
+  assert.equal(JSON.parse(again.out).project.has_forge_token, true);
+  const dropped = await ctl('project', 'update', 'cli', '--drop-forge-token', '--enabled', 'true');
+  assert.equal(dropped.code, 0, dropped.out);
+  assert.equal(JSON.parse(dropped.out).project.has_forge_token, false);
+  assert.equal(JSON.parse(dropped.out).project.enabled, true);
+
+  const onTheLine = await ctl('project', 'update', 'cli', '--forge-token', 'ghp_secret');
+  assert.equal(onTheLine.code, 2);
+  assert.match(onTheLine.out, /^--forge-token is refused: npm prints its command line/);
+  const create = await ctl(
+    'project',
+    'create',
+    '--id',
+    'x2',
+    '--repo',
+    'a/b',
+    '--repo-url',
+    repo,
+    '--forge-token',
+    't',
+  );
+  assert.equal(create.code, 2);
+  const badBool = await ctl('project', 'update', 'cli', '--enabled', 'maybe');
+  assert.equal(badBool.code, 2);
+  assert.match(badBool.out, /^--enabled takes true or false, not "maybe"/);
+  const badValue = await ctl('project', 'update', 'cli', '--visibility', 'secret');
+  assert.equal(badValue.code, 1);
+  assert.match(badValue.out, /HTTP 400: .*visibility/);
+});
+
+test('ctl --help lists every command the CLI runs', async () => {
+  const help = await ctl('--help');
+  assert.equal(help.code, 0);
+  const source = readFileSync(new URL('../../local/ctl.ts', import.meta.url), 'utf8');
+  const commands = [...source.matchAll(/^ {6}case '([a-z ]+)':/gm)].map((m) => m[1]!);
+  assert.ok(commands.length >= 17, commands.join(', '));
+  for (const command of [...commands, 'validate']) {
+    assert.match(help.out, new RegExp(`^  ${command}( |$)`, 'm'), `${command} is in --help`);
+  }
+  // And nothing it lists is unknown to it.
+  const listed = [
+    ...help.out.matchAll(
+      /^ {2}([a-z]+(?: (?:create|update|show|revoke|set|push|approve))?)(?= |$)/gm,
+    ),
+  ].map((m) => m[1]!);
+  for (const command of listed) assert.ok([...commands, 'validate'].includes(command), command);
+});
+
+test('rerun and job without a JOB_ID are usage errors', async () => {
+  assert.equal((await ctl('rerun')).code, 2);
+  assert.equal((await ctl('job')).code, 2);
 });
