@@ -9,13 +9,33 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { App } from 'aws-cdk-lib';
 import { bundleFunctions, DEFAULT_OUTDIR } from '../scripts/bundle.ts';
-import { contextFromArgs, propsFromContext } from './context.ts';
+import { ContextError, contextFromArgs, propsFromContext } from './context.ts';
 import { ConductorStack } from './stack.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const args = process.argv.slice(2);
 const at = args.indexOf('--bundle-dir');
 const bundleDir = resolve(at >= 0 && args[at + 1] ? args[at + 1]! : DEFAULT_OUTDIR);
+
+// The settings first: a bad one is said before a minute of bundling, and
+// alone, since its message names the setting and what it takes (a stack
+// trace would bury it).
+let app: App;
+let settings: ReturnType<typeof propsFromContext>;
+try {
+  app = new App({
+    // Under the CDK CLI, CDK_OUTDIR (and CDK_CONTEXT_JSON) come from it.
+    outdir: process.env.CDK_OUTDIR ?? join(ROOT, 'cdk.out'),
+    context: contextFromArgs(args),
+    analyticsReporting: false,
+  });
+  settings = propsFromContext((key) => app.node.tryGetContext(key));
+} catch (err) {
+  if (!(err instanceof ContextError)) throw err;
+  console.error(err.message);
+  process.exit(1);
+}
+const { stackName, props } = settings;
 
 if (!args.includes('--no-bundle')) {
   const started = Date.now();
@@ -24,14 +44,6 @@ if (!args.includes('--no-bundle')) {
   // stderr: the CDK CLI reads the app's stdout for nothing, but keep it clean.
   console.error(`bundled in ${Date.now() - started} ms: ${sizes}`);
 }
-
-const app = new App({
-  // Under the CDK CLI, CDK_OUTDIR (and CDK_CONTEXT_JSON) come from it.
-  outdir: process.env.CDK_OUTDIR ?? join(ROOT, 'cdk.out'),
-  context: contextFromArgs(args),
-  analyticsReporting: false,
-});
-const { stackName, props } = propsFromContext((key) => app.node.tryGetContext(key));
 new ConductorStack(app, stackName, {
   ...props,
   bundleDir,

@@ -1,6 +1,7 @@
 // The stack's settings as CDK context values: `-c name=value` on the command
 // line (strings, JSON for the two objects) or a `context` block in a cdk.json
-// (typed values). Parsed once; a bad value's error names the key.
+// (typed values). Parsed once; a bad value's error names the key, the value
+// given and what the setting takes (VALID_VALUES).
 import { Duration, aws_logs as logs } from 'aws-cdk-lib';
 import { z } from 'zod';
 import { SETTING_DEFAULTS } from './defaults.ts';
@@ -90,6 +91,52 @@ export const ContextSchema = z.object({
 });
 export type Context = z.infer<typeof ContextSchema>;
 
+/**
+ * What each setting takes, as a bad value's message says it: every key of
+ * ContextSchema must have a line (the type says so), so a new setting cannot
+ * be refused without saying what it wants.
+ */
+export const VALID_VALUES: Readonly<Record<keyof Context, string>> = {
+  stackName: 'a letter, then letters, digits and -',
+  sweepIntervalMinutes: 'a whole number of minutes from 1 to 1440',
+  minCapacity: 'ACUs from 0 to 256 in steps of 0.5 (0 lets Aurora pause)',
+  maxCapacity: 'ACUs from 1 to 256 in steps of 0.5',
+  autoPauseMinutes: 'a whole number of minutes from 5 to 1440',
+  postgresVersion: 'an Aurora PostgreSQL 15 or 16 version, e.g. 16.11',
+  proxy: 'true or false',
+  deletionProtection: 'true or false',
+  nat: 'gateway or instance',
+  githubApiUrl: 'a URL, e.g. https://github.example.com/api/v3',
+  leaseSeconds: 'a whole number of seconds from 1 to 3600',
+  dbPoolMax: 'a whole number from 1 to 20',
+  logRetentionDays: `one of ${RETENTION_DAYS.join(', ')}`,
+  alarmEmail: 'an email address',
+  reservedConcurrency: 'true or false',
+  outsideVpc: 'true or false',
+  throttleRate: 'requests per second, a whole number from 1 to 10000',
+  throttleBurst: 'a whole number from 1 to 5000',
+  publicUrl: 'an https:// URL without query or fragment, e.g. https://ci.example.com',
+  existingVpc:
+    'JSON: {"vpcId": "vpc-...", "availabilityZones": [...], "privateSubnetIds": [...], "isolatedSubnetIds"?: [...]}',
+  existingDatabase:
+    'JSON: {"secretArn": "<the complete secret ARN>", "host": "...", "dbName"?: "...", "securityGroupId"?: "sg-...", "port"?: 5432}',
+};
+
+/**
+ * A deploy setting that cannot be used. Its message is the whole story (the
+ * setting, the value given, what it takes), so infra/app.ts prints it alone,
+ * without a stack trace.
+ */
+export class ContextError extends Error {
+  override name = 'ContextError';
+}
+
+// A value as the message quotes it: as typed, or a cdk.json value as JSON; cut short.
+function shown(value: unknown): string {
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
+  return text.length > 80 ? `${text.slice(0, 80)}…` : text;
+}
+
 /** Reads the stack's settings from context values; throws naming every bad key. */
 export function propsFromContext(get: (key: string) => unknown): {
   stackName: string;
@@ -102,8 +149,28 @@ export function propsFromContext(get: (key: string) => unknown): {
   );
   const parsed = ContextSchema.safeParse(raw);
   if (!parsed.success) {
-    throw new Error(
-      `bad context: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+    // One line per setting: the value given and what the setting takes, and
+    // the problem itself when it says more than that (a field inside a JSON
+    // value, a message of our own); zod's generic words ("Invalid input") not.
+    const lines = new Map<string, string>();
+    for (const issue of parsed.error.issues) {
+      const key = String(issue.path[0] ?? '') as keyof Context;
+      if (lines.has(key)) continue;
+      const takes = VALID_VALUES[key] ?? 'what docs/deploy.md says';
+      const detail =
+        issue.path.length > 1
+          ? `${issue.path.join('.')}: ${issue.message}`
+          : /^must /.test(issue.message) && !takes.includes(issue.message.replace(/^must be /, ''))
+            ? issue.message
+            : '';
+      lines.set(
+        key,
+        `  -c ${key}=${shown(raw[key])}: ${key} takes ${takes}${detail ? ` (${detail})` : ''}`,
+      );
+    }
+    const n = lines.size;
+    throw new ContextError(
+      `bad deploy setting${n === 1 ? '' : 's'} (docs/deploy.md lists them all):\n${[...lines.values()].join('\n')}`,
     );
   }
   const c = parsed.data;
@@ -146,7 +213,7 @@ export function contextFromArgs(args: readonly string[]): Record<string, string>
     if (args[i] !== '-c' && args[i] !== '--context') continue;
     const pair = args[++i] ?? '';
     const eq = pair.indexOf('=');
-    if (eq <= 0) throw new Error(`context must be key=value, got "${pair}"`);
+    if (eq <= 0) throw new ContextError(`-c takes a setting as key=value, got "${pair}"`);
     context[pair.slice(0, eq)] = pair.slice(eq + 1);
   }
   return context;
