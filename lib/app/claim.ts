@@ -32,6 +32,18 @@ export interface Assignment {
   timeout_s: number;
   /** Whether the job is trusted: secrets and the repository token come only then. */
   trusted: boolean;
+  /**
+   * Containers to start beside the script on the docker executor, each reached
+   * by its `name` on the task's network; [] for none. Never given secrets.
+   */
+  services: Array<{
+    name: string;
+    image: string;
+    env: Record<string, string>;
+    ports: number[];
+    health: string | null;
+    health_timeout_s: number;
+  }>;
   repo: { url: string; sha: string; ref: string; token?: string };
 }
 
@@ -296,6 +308,14 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
     needs_outputs: task.needs_outputs,
     timeout_s: task.timeout_s,
     trusted: task.trusted,
+    services: (task.services ?? []).map((s) => ({
+      name: s.name,
+      image: s.image,
+      env: s.env,
+      ports: s.ports,
+      health: s.health,
+      health_timeout_s: s.healthTimeoutS,
+    })),
     repo: {
       url: task.repo_url,
       sha: task.sha,

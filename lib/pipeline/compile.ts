@@ -12,6 +12,7 @@ import {
   checkWith,
   DEFAULT_QUEUE_TIMEOUT_S,
   DEFAULT_RETRIES,
+  DEFAULT_SERVICE_HEALTH_TIMEOUT_S,
   DEFAULT_TIMEOUT_S,
   HiddenTaskSchema,
   IncludedFileSchema,
@@ -56,12 +57,30 @@ export interface CompiledTask {
    * compiler; optional so that tasks copied from before it existed need not say.
    */
   failFast?: boolean;
+  /**
+   * Containers the docker executor starts beside the script, in file order; [] for none.
+   * Optional so that tasks copied from before services existed need not say.
+   */
+  services?: CompiledService[];
   maxAttempts: number;
   timeoutS: number;
   /** How long the task may wait in the queue before it fails for want of a worker. */
   queueTimeoutS: number;
   /** 0-based order in the job: file order, matrix expansions in cartesian order. */
   position: number;
+}
+
+/** A service container of a task, as the runner receives it. */
+export interface CompiledService {
+  /** Its host name on the task's network. */
+  name: string;
+  image: string;
+  /** Values as written, keys in file order. */
+  env: Record<string, string>;
+  ports: number[];
+  /** Run in the service's container until it succeeds; null: the service counts as up once started. */
+  health: string | null;
+  healthTimeoutS: number;
 }
 
 /** What a pipeline file compiles to for one trigger. */
@@ -329,7 +348,9 @@ function build(
     const secrets = [...new Set(task.secrets ?? [])];
     const outputs = task.outputs ?? [];
     const scriptBytes = listBytes(task.script);
+    const services = compileServices(task.services, root, ['tasks', plan.key, 'services']);
     const otherBytes =
+      (services.length ? Buffer.byteLength(JSON.stringify(services), 'utf8') : 0) +
       jsonBytes(plan.key) +
       (image === null ? 0 : jsonBytes(image)) +
       listBytes(labels) +
@@ -380,6 +401,7 @@ function build(
         outputs: [...outputs],
         allowFailure: task.allow_failure ?? false,
         failFast: task.fail_fast ?? false,
+        services: services.map((service) => ({ ...service, env: { ...service.env } })),
         maxAttempts: (task.retries ?? defaults.retries ?? DEFAULT_RETRIES) + 1,
         timeoutS: task.timeout ?? defaults.timeout ?? DEFAULT_TIMEOUT_S,
         queueTimeoutS: task.queue_timeout ?? defaults.queue_timeout ?? DEFAULT_QUEUE_TIMEOUT_S,
@@ -398,6 +420,26 @@ function expansionBytes(expansion: Expansion): number {
 }
 
 // Env values stringified as written (`3.10` stays `3.10`), keys in file order.
+function compileServices(services: Task['services'], root: Loc, path: string[]): CompiledService[] {
+  if (!services) return [];
+  const loc = locAt(root, path);
+  const names = loc?.entries ? [...loc.entries.keys()] : Object.keys(services);
+  return names.flatMap((name): CompiledService[] => {
+    const service = Object.hasOwn(services, name) ? services[name] : undefined;
+    if (!service) return [];
+    return [
+      {
+        name,
+        image: service.image,
+        env: Object.fromEntries(envEntries(service.env, root, [...path, name, 'env'])),
+        ports: [...(service.ports ?? [])],
+        health: service.health ?? null,
+        healthTimeoutS: service.health_timeout ?? DEFAULT_SERVICE_HEALTH_TIMEOUT_S,
+      },
+    ];
+  });
+}
+
 function envEntries(
   env: Record<string, string | number | boolean> | undefined,
   root: Loc,

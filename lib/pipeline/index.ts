@@ -1,5 +1,6 @@
 export {
   type CompiledPipeline,
+  type CompiledService,
   type CompiledTask,
   type CompileResult,
   compilePipeline,

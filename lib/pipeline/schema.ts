@@ -166,6 +166,37 @@ const ExtendsSchema = z.union(
   },
 );
 
+/** Most services one task may start beside its script. */
+export const MAX_SERVICES = 10;
+/** How long a service's health command may keep failing before the task fails: one minute. */
+export const DEFAULT_SERVICE_HEALTH_TIMEOUT_S = 60;
+
+// A service is reached by its name on the task's network: a DNS label.
+const SERVICE_NAME = /^[a-z][a-z0-9-]{0,62}$/;
+
+/** One container started beside a task's script on the docker executor (`services:`). */
+export const ServiceSchema = z.strictObject({
+  image: z.string().min(1, 'must not be empty'),
+  env: EnvSchema.optional(),
+  ports: z.array(z.number().int().min(1).max(65_535)).max(20).optional(),
+  // A command run in the service's container until it succeeds; the script starts after.
+  health: z.string().min(1, 'must not be empty').optional(),
+  health_timeout: TimeoutSchema.optional(),
+});
+
+const ServicesSchema = z
+  .record(
+    nameSchema(
+      SERVICE_NAME,
+      'service name',
+      'lowercase letters, digits and -, starting with a letter',
+    ),
+    ServiceSchema,
+  )
+  .refine((services) => Object.keys(services).length <= MAX_SERVICES, {
+    message: `must list at most ${MAX_SERVICES} services`,
+  });
+
 /** One entry under `tasks:`. */
 export const TaskSchema = z.strictObject({
   script: z.array(z.string()).min(1, 'script must have at least one line'),
@@ -185,6 +216,7 @@ export const TaskSchema = z.strictObject({
   outputs: OutputsSchema.optional(),
   matrix: MatrixSchema.optional(),
   fail_fast: z.boolean().optional(),
+  services: ServicesSchema.optional(),
   // Resolved before the schema sees the task (lib/pipeline/extends.ts); checked here for its shape.
   extends: ExtendsSchema.optional(),
 });
@@ -282,6 +314,9 @@ function knownKeys(path: readonly PathSegment[], top: readonly string[]): string
   if (path.length === 0) return [...top];
   if (path.length === 1 && path[0] === 'defaults') return Object.keys(DefaultsSchema.shape);
   if (path.length === 2 && path[0] === 'tasks') return Object.keys(TaskSchema.shape);
+  if (path.length === 4 && path[0] === 'tasks' && path[2] === 'services') {
+    return Object.keys(ServiceSchema.shape);
+  }
   return [];
 }
 

@@ -248,6 +248,7 @@ export async function insertTasksTx(
     outputs: s.outputs,
     allow_failure: s.allowFailure,
     fail_fast: s.failFast ?? false,
+    services: s.services ?? [],
     max_attempts: s.maxAttempts,
     timeout_s: s.timeoutS,
     queue_timeout_s: s.queueTimeoutS,
@@ -264,7 +265,7 @@ export async function insertTasksTx(
     `insert into tasks (job_id, job_created_at, trusted, position, name, base_name, matrix, image,
                         script, env, labels, needs, secrets, outputs, allow_failure, max_attempts,
                         timeout_s, queue_timeout_s, state, queued_at, attempt, exit_code,
-                        copied_from, started_at, finished_at, fail_fast)
+                        copied_from, started_at, finished_at, fail_fast, services)
      select $1, $2, $4, r.position, r.name, r.base_name, r.matrix, r.image, r.script,
             r.env, r.labels, r.needs, r.secrets, r.outputs, r.allow_failure, r.max_attempts,
             r.timeout_s, r.queue_timeout_s,
@@ -272,13 +273,13 @@ export async function insertTasksTx(
                  when cardinality(r.needs) = 0 then 'queued' else 'waiting' end,
             case when r.kept_from is null and cardinality(r.needs) = 0 then now() end,
             coalesce(r.kept_attempt, 0), r.kept_exit_code, r.kept_from,
-            r.kept_started_at, r.kept_finished_at, r.fail_fast
+            r.kept_started_at, r.kept_finished_at, r.fail_fast, r.services
        from jsonb_to_recordset($3::jsonb) as r (
               position int, name text, base_name text, matrix jsonb, image text, script text[],
               env jsonb, labels text[], needs text[], secrets text[], outputs text[],
               allow_failure boolean, max_attempts int, timeout_s int, queue_timeout_s int,
               kept_from uuid, kept_attempt int, kept_exit_code int, kept_started_at timestamptz,
-              kept_finished_at timestamptz, fail_fast boolean)`,
+              kept_finished_at timestamptz, fail_fast boolean, services jsonb)`,
     [job.id, job.created_at, JSON.stringify(records), job.trusted],
   );
   await tx.query(

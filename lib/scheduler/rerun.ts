@@ -73,6 +73,7 @@ export async function rerunJob(
         timeoutS: t.timeout_s,
         queueTimeoutS: t.queue_timeout_s,
         failFast: t.fail_fast,
+        services: t.services,
         position: t.position,
         kept:
           failedOnly && t.state === 'success'

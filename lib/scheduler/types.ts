@@ -1,4 +1,4 @@
-import type { CompiledTask } from '../pipeline/index.ts';
+import type { CompiledService, CompiledTask } from '../pipeline/index.ts';
 import type { AttemptOutcome, JobState, JobTrigger, TaskState } from '../states.ts';
 
 /** A job as stored; field names are the API's. */
@@ -69,6 +69,8 @@ export interface TaskRow {
   queue_timeout_s: number;
   /** A failed expansion of its matrix cancels its siblings (migrations/009). */
   fail_fast: boolean;
+  /** The service containers to start beside the script (migrations/010). */
+  services: CompiledService[];
   cancel_requested: boolean;
   exit_code: number | null;
   error: string | null;

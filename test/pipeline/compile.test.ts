@@ -32,6 +32,7 @@ describe('compilePipeline', () => {
           outputs: [],
           allowFailure: false,
           failFast: false,
+          services: [],
           maxAttempts: 3,
           timeoutS: 3600,
           queueTimeoutS: 86_400,

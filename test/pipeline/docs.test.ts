@@ -81,4 +81,18 @@ describe('docs/pipeline.md', () => {
       ],
     );
   });
+
+  test('the services example compiles to the service the reference describes', () => {
+    const [task] = compile(examples[7] ?? '').tasks;
+    assert.deepEqual(task?.services, [
+      {
+        name: 'db',
+        image: 'postgres:16',
+        env: { POSTGRES_PASSWORD: 'test' },
+        ports: [5432],
+        health: 'pg_isready -U postgres',
+        healthTimeoutS: 90,
+      },
+    ]);
+  });
 });

@@ -134,7 +134,10 @@ test('a task listing a secret the project lacks fails when the job starts, namin
   const tasks = await db.tasksOf(job.id);
   assert.equal(tasks.ok!.state, 'queued');
   assert.equal(tasks.deploy!.state, 'failed');
-  assert.equal(tasks.deploy!.error, `secret DEPLOY_KEY is not set for project ${project}`);
+  assert.equal(
+    tasks.deploy!.error,
+    `secret DEPLOY_KEY is not set for project ${project}; set it with: npm run ctl -- secret set --project ${project} --name DEPLOY_KEY`,
+  );
   assert.equal(tasks['after-deploy']!.state, 'skipped');
   const r = await db.finish(worker, await db.claimNamed(worker, 'ok'), 'success');
   assert.equal(r.job_state, 'failed');
