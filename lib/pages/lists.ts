@@ -99,8 +99,43 @@ export async function renderProject(
   const shown = jobs.slice(0, JOBS_PER_PAGE);
   const last = shown[shown.length - 1];
   const pager = html`<nav class="pager" aria-label="pages">${before ? html`<a href="/projects/${encodeURIComponent(id)}">Newest</a>` : ''}${more && last ? html`<a href="/projects/${encodeURIComponent(id)}?before=${last.number}">Older jobs</a>` : ''}</nav>`;
-  const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}`;
+  const workers = viewer.signedIn ? await workersFor(db, id, now) : html``;
+  const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}${workers}`;
   return page({ title: project.name, body, signedIn: viewer.signedIn, csrf: viewer.csrf });
+}
+
+interface WorkerLine {
+  name: string;
+  labels: string[];
+  untrusted: boolean;
+  projects: string[] | null;
+  ephemeral: boolean;
+  last_seen_at: Date | null;
+}
+
+/**
+ * The workers that may claim this project's tasks, and each one's scope: a
+ * worker registered for every project claims other projects' tasks too, and
+ * a script that steals its token could (docs/security.md). Signed-in viewers
+ * only: names and labels describe the build hosts.
+ */
+async function workersFor(db: Queryable, projectId: string, now: number): Promise<Html> {
+  const { rows } = await db.query<WorkerLine>(
+    `select name, labels, untrusted, projects, ephemeral, last_seen_at
+       from workers
+      where not revoked and (projects is null or $1 = any (projects))
+        and not (ephemeral and claimed_lease is not null)
+      order by untrusted, name`,
+    [projectId],
+  );
+  if (rows.length === 0) {
+    return html`<h2>Workers</h2><p class="muted">No worker may claim this project's tasks: register one with npm run ctl -- worker create --projects ${projectId}.</p>`;
+  }
+  const lines = rows.map(
+    (w) =>
+      html`<tr data-worker="${w.name}"><td>${w.name}</td><td>${w.untrusted ? 'untrusted' : 'trusted'}</td><td>${w.labels.join(', ')}</td><td data-scope>${w.projects === null ? 'every project' : w.projects.length === 1 ? 'this project only' : `${w.projects.length} projects`}${w.ephemeral ? ', one task' : ''}</td><td>${w.last_seen_at ? timeEl(w.last_seen_at, now) : 'never'}</td></tr>`,
+  );
+  return html`<h2>Workers</h2><div class="scroll"><table><thead><tr><th>worker</th><th>pool</th><th>labels</th><th>claims tasks of</th><th>last seen</th></tr></thead><tbody>${lines}</tbody></table></div>`;
 }
 
 /** `/login`: the admin token form; `next` is where to go once signed in. */
