@@ -6,6 +6,7 @@ import { type Exit, run, spawnGroup } from './process.ts';
 import type { Task } from './protocol.ts';
 import { chownTree, type RunAs } from './runas.ts';
 import { wrapperScript } from './script.ts';
+import { TaskServices } from './services.ts';
 
 export type ExecutorKind = 'shell' | 'docker';
 
@@ -20,6 +21,8 @@ export interface ScriptJob {
   metaDir: string;
   onOutput: (text: string) => boolean;
   onPaused: (resume: () => void) => void;
+  /** The task's services' network, which the script joins (docker only). */
+  network?: string;
 }
 
 /** A running script. */
@@ -40,6 +43,8 @@ export interface Executor {
   start(job: ScriptJob): Promise<Execution>;
   /** Removes a task's directory and everything in it, once the task is over. */
   remove(taskDir: string): Promise<void>;
+  /** The task's service containers, not yet started; absent where services cannot run (shell). */
+  services?(task: Task): TaskServices;
 }
 
 const removeAll = (dir: string) => rm(dir, { recursive: true, force: true });
@@ -137,6 +142,8 @@ export interface DockerRun {
   /** Host paths mounted at /workspace and /conductor. */
   workspace: string;
   metaDir: string;
+  /** The task's services' network, where the script reaches them by name. */
+  network?: string;
 }
 
 /**
@@ -156,6 +163,7 @@ export function dockerRunArgs(o: DockerRun): string[] {
     '--init',
     '--name',
     o.name,
+    ...(o.network ? ['--network', o.network] : []),
     '--mount',
     `type=bind,source=${o.workspace},target=${CONTAINER_WORKSPACE}`,
     '--mount',
@@ -187,6 +195,8 @@ export async function dockerExecutor(opts: {
   command?: string;
   defaultImage: string;
   env: Record<string, string>;
+  /** Between two runs of a service's health command; 1 s by default. */
+  healthIntervalMs?: number;
 }): Promise<Executor> {
   const docker = opts.command ?? 'docker';
   const info = await run(docker, ['info', '--format', '{{.ServerVersion}}'], {
@@ -228,6 +238,7 @@ export async function dockerExecutor(opts: {
           image: job.task.image ?? opts.defaultImage,
           workspace: job.workspace,
           metaDir: job.metaDir,
+          ...(job.network ? { network: job.network } : {}),
         }),
         { env: opts.env, onOutput: job.onOutput, onPaused: job.onPaused },
       );
@@ -247,5 +258,12 @@ export async function dockerExecutor(opts: {
       };
     },
     remove: removeAll,
+    services: (task) =>
+      new TaskServices(task, {
+        command: docker,
+        env: opts.env,
+        scriptContainer: containerName(task),
+        ...(opts.healthIntervalMs ? { healthIntervalMs: opts.healthIntervalMs } : {}),
+      }),
   };
 }

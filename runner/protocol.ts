@@ -4,6 +4,17 @@ import { z } from 'zod';
 
 const StringMapSchema = z.record(z.string(), z.string());
 
+/** A container started beside a task's script (docker executor), reached by `name` on the task's network. */
+export const ServiceSchema = z.object({
+  name: z.string().min(1),
+  image: z.string().min(1),
+  env: StringMapSchema.default({}),
+  ports: z.array(z.number().int()).default([]),
+  health: z.string().nullable().default(null),
+  health_timeout_s: z.number().positive().default(60),
+});
+export type Service = z.infer<typeof ServiceSchema>;
+
 /** One attempt of a task, as `POST /v1/runner/claim` hands it out. */
 export const TaskSchema = z.object({
   id: z.string().min(1),
@@ -26,6 +37,8 @@ export const TaskSchema = z.object({
     ref: z.string(),
     token: z.string().optional(),
   }),
+  // Absent from a control plane that predates services: none.
+  services: z.array(ServiceSchema).default([]),
   // Absent from a control plane that predates it: then the runner checks nothing.
   trusted: z.boolean().optional(),
 });

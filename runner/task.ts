@@ -15,6 +15,7 @@ import { MAX_OUTPUTS_BYTES, OutputsError, parseOutputs } from './outputs.ts';
 import type { Exit } from './process.ts';
 import type { Completion, Outcome, Task } from './protocol.ts';
 import { parseLineFile, scriptLines } from './script.ts';
+import { ServiceError, type TaskServices } from './services.ts';
 import { readTaskFile, TaskFileError } from './taskfile.ts';
 
 /** What a task run needs from the runner that claimed it. */
@@ -78,6 +79,16 @@ export function trustRefusal(trusted: boolean | undefined, untrusted: boolean): 
   return undefined;
 }
 
+/**
+ * Why this runner cannot run a task's services, or undefined when it can (or
+ * the task has none). Not transient: no attempt on this runner would do better.
+ */
+export function servicesRefusal(task: Task, executor: Executor): string | undefined {
+  if (task.services.length === 0 || executor.services) return undefined;
+  const names = task.services.map((s) => s.name).join(', ');
+  return `this task has services (${names}), which need the docker executor; this runner uses the ${executor.kind} executor (give the task a label that only runners started with --executor docker have)`;
+}
+
 /** One attempt of a task on this runner. */
 export class TaskRun {
   /** Settles when `run()` has finished; set by whoever starts it. */
@@ -88,6 +99,7 @@ export class TaskRun {
   private scriptEnded = false;
   private finished = false;
   private execution: Execution | undefined;
+  private services: TaskServices | undefined;
   private readonly abort = new AbortController();
   private readonly logs: LogStream;
   private readonly masker: Masker;
@@ -156,7 +168,8 @@ export class TaskRun {
     let taskDir: string | undefined;
     let result: Result;
     try {
-      const refusal = trustRefusal(task.trusted, ctx.untrusted);
+      const refusal =
+        trustRefusal(task.trusted, ctx.untrusted) ?? servicesRefusal(task, ctx.executor);
       if (refusal) {
         this.note(refusal);
         // Not transient: no other attempt on a runner like this one would do better.
@@ -192,12 +205,19 @@ export class TaskRun {
       );
     }
 
+    // The services' logs close the task's log, masked by the log stream like the script's.
+    if (this.services && this.stopReason !== 'lease-lost') {
+      this.logs.write(await this.services.logs());
+    }
     await this.logs.close(FINAL_FLUSH_MS);
     let answer: { state: string; job_state: string | null } | undefined;
     if (this.stopReason !== 'lease-lost') answer = await this.report(result);
     this.reported = answer !== undefined;
     this.finished = true;
     clearTimeout(this.heartbeatTimer);
+    // After the report, which need not wait for Docker: whatever the outcome,
+    // nothing of the task's is left running.
+    await this.services?.remove((message, fields) => ctx.log('warn', message, fields));
     if (taskDir) {
       await ctx.executor.remove(taskDir).catch((err) =>
         ctx.log('warn', 'could not remove the workspace', {
@@ -250,6 +270,25 @@ export class TaskRun {
     this.note(`checked out ${task.repo.sha} (${task.repo.ref}) from ${redactUrl(task.repo.url)}`);
     if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
 
+    let network: string | undefined;
+    if (task.services.length && ctx.executor.services) {
+      const services = ctx.executor.services(task);
+      // Set before starting: whatever start leaves behind is removed at the end.
+      this.services = services;
+      try {
+        await services.start(this.abort.signal, (text) => this.note(text));
+      } catch (err) {
+        if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+        if (!(err instanceof ServiceError)) {
+          return this.infrastructure(`could not start the services: ${(err as Error).message}`);
+        }
+        this.note(err.message);
+        return { outcome: 'failed', exitCode: null, transient: err.transient, error: err.message };
+      }
+      if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+      network = services.network;
+    }
+
     let execution: Execution;
     try {
       execution = await ctx.executor.start({
@@ -259,6 +298,7 @@ export class TaskRun {
         metaDir,
         onOutput: (text) => this.logs.write(text),
         onPaused: (resume) => void this.logs.whenDrained().then(resume),
+        ...(network ? { network } : {}),
       });
     } catch (err) {
       return this.infrastructure(`could not start the script: ${(err as Error).message}`);

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after } from 'node:test';
@@ -261,20 +261,75 @@ export function groupAlive(pgid: number): boolean {
 }
 
 // A stand-in for the docker CLI where there is no Docker engine (only the
-// client, or nothing). `info` answers; `run` runs the container's script on
-// the host, as root if the test is (as a container's root), with each bind
-// mount's host path in place of its target. What a script does to /conductor
-// it does to the runner's own directory, as a container's root can through the
-// read-write bind mount: replace a file the runner reads with a link to a
-// host file, or with a FIFO.
+// client, or nothing). Every command it is given is appended, one a line
+// (arguments joined by spaces), to `commands` beside it. `info` answers; `run`
+// runs the container's script on the host, as root if the test is (as a
+// container's root), with each bind mount's host path in place of its target.
+// What a script does to /conductor it does to the runner's own directory, as a
+// container's root can through the read-write bind mount: replace a file the
+// runner reads with a link to a host file, or with a FIFO.
+//
+// Services: `run --detach` remembers the container (in containers/ beside it)
+// and gives it a log of one line per --env value; an image named
+// `fake/missing…` cannot be pulled (exit 125). `exec NAME sh -c CMD` runs CMD
+// on the host, for a container that exists; `logs` prints the log; `rm -f`
+// and `network create|rm` answer as Docker does.
 const FAKE_DOCKER = `#!/usr/bin/env bash
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
+printf '%s\n' "$*" >>"$here/commands"
+state=$here/containers
+mkdir -p "$state"
 case "$1" in
   info) echo 0.0.0-fake; exit 0 ;;
   stop) exit 0 ;;
+  network)
+    case "$2" in
+      create) echo "fake-network-\${*: -1}"; exit 0 ;;
+      rm) exit 0 ;;
+    esac
+    echo "fake docker: network $2 is not faked" >&2; exit 125 ;;
+  exec)
+    if [ ! -f "$state/$2" ]; then echo "Error response from daemon: No such container: $2" >&2; exit 1; fi
+    shift 2
+    cd / && exec "$@" ;;
+  logs)
+    c=\${*: -1}
+    if [ ! -f "$state/$c" ]; then echo "Error response from daemon: No such container: $c" >&2; exit 1; fi
+    cat "$state/$c.log"; exit 0 ;;
+  rm)
+    shift; [ "$1" = -f ] && shift
+    code=0
+    for c in "$@"; do
+      if [ -f "$state/$c" ]; then rm -f "$state/$c" "$state/$c.log"
+      else echo "Error response from daemon: No such container: $c" >&2; code=1; fi
+    done
+    exit "$code" ;;
   run) shift ;;
   *) echo "fake docker: $1 is not faked" >&2; exit 125 ;;
 esac
+if [ "$1" = --detach ]; then
+  shift
+  name='' envs=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --name) name=$2; shift 2 ;;
+      --env) envs+=("$2"); shift 2 ;;
+      --network | --network-alias | --label) shift 2 ;;
+      -*) echo "fake docker: $1 is not faked" >&2; exit 125 ;;
+      *) break ;;
+    esac
+  done
+  case "$1" in fake/missing*)
+    echo "Unable to find image '$1' locally" >&2
+    echo "docker: Error response from daemon: pull access denied for $1." >&2
+    exit 125 ;;
+  esac
+  echo "$1" >"$state/$name"
+  { echo "$1 starting"; for e in "\${envs[@]}"; do echo "env $e"; done; echo "$1 ready"; } >"$state/$name.log"
+  echo "fake-container-$name"
+  exit 0
+fi
 ws='' meta=''
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -283,7 +338,7 @@ while [ $# -gt 0 ]; do
       target=\${2#*target=}; target=\${target%%,*}
       case "$target" in /workspace) ws=$src ;; /conductor) meta=$src ;; esac
       shift 2 ;;
-    --name | --workdir | --entrypoint) shift 2 ;;
+    --name | --workdir | --entrypoint | --network) shift 2 ;;
     --rm | --init) shift ;;
     -*) echo "fake docker: $1 is not faked" >&2; exit 125 ;;
     *) break ;;
@@ -309,9 +364,24 @@ export async function fakeDockerDir(): Promise<string> {
 
 /** Runner options for the docker executor with the fake `docker` first on its PATH. */
 export async function fakeDocker(): Promise<Partial<RunnerOptions>> {
+  return (await recordingDocker()).options;
+}
+
+/**
+ * The fake `docker` with what it was told: `commands()` answers every command
+ * given so far, one a line, arguments joined by spaces.
+ */
+export async function recordingDocker(): Promise<{
+  options: Partial<RunnerOptions>;
+  commands: () => Promise<string[]>;
+}> {
   const dir = await fakeDockerDir();
   return {
-    executor: 'docker',
-    env: { ...process.env, PATH: `${dir}:${process.env.PATH ?? '/usr/bin:/bin'}` },
+    options: {
+      executor: 'docker',
+      env: { ...process.env, PATH: `${dir}:${process.env.PATH ?? '/usr/bin:/bin'}` },
+    },
+    commands: async () =>
+      (await readFile(join(dir, 'commands'), 'utf8').catch(() => '')).split('\n').filter(Boolean),
   };
 }

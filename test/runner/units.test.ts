@@ -42,6 +42,7 @@ function task(over: Partial<Task> = {}): Task {
     matrix: { node: '20', 'os-name': 'linux' },
     needs_outputs: { 'build-app': { version: '1.2.3' }, 'v1.2': { _out_: 'x' } },
     timeout_s: 60,
+    services: [],
     repo: {
       url: 'https://forge.example/acme/app.git',
       sha: 'a'.repeat(40),
