@@ -195,8 +195,6 @@ export async function dockerExecutor(opts: {
   command?: string;
   defaultImage: string;
   env: Record<string, string>;
-  /** Between two runs of a service's health command; 1 s by default. */
-  healthIntervalMs?: number;
 }): Promise<Executor> {
   const docker = opts.command ?? 'docker';
   const info = await run(docker, ['info', '--format', '{{.ServerVersion}}'], {
@@ -263,7 +261,6 @@ export async function dockerExecutor(opts: {
         command: docker,
         env: opts.env,
         scriptContainer: containerName(task),
-        ...(opts.healthIntervalMs ? { healthIntervalMs: opts.healthIntervalMs } : {}),
       }),
   };
 }

@@ -13,8 +13,6 @@ import type { Service, Task } from './protocol.ts';
 export interface ServiceDocker {
   command: string;
   env: Record<string, string>;
-  /** Between two runs of a health command. */
-  healthIntervalMs?: number;
   /** The script's container, removed with the services in case its `--rm` has not finished. */
   scriptContainer?: string;
 }
@@ -34,6 +32,8 @@ const CREATE_MS = 60_000;
 const START_MS = 10 * 60_000;
 const REMOVE_MS = 30_000;
 const LOGS_MS = 30_000;
+/** Between two runs of a health command: a service is usually up within seconds. */
+const HEALTH_INTERVAL_MS = 1_000;
 /** The longest one run of a health command may take, within its timeout. */
 const HEALTH_RUN_MS = 30_000;
 /** What of a service's log is kept: its last lines, at most this many bytes. */
@@ -154,7 +154,6 @@ export class TaskServices {
     note: (text: string) => void,
   ): Promise<void> {
     const health = service.health!;
-    const interval = this.docker.healthIntervalMs ?? 1_000;
     const deadline = Date.now() + service.health_timeout_s * 1000;
     let last: RunResult;
     for (;;) {
@@ -169,8 +168,8 @@ export class TaskServices {
         note(`the service ${service.name} is healthy`);
         return;
       }
-      if (Date.now() + interval > deadline) break;
-      await sleep(interval, undefined, { signal }).catch(() => undefined);
+      if (Date.now() + HEALTH_INTERVAL_MS > deadline) break;
+      await sleep(HEALTH_INTERVAL_MS, undefined, { signal }).catch(() => undefined);
       if (signal.aborted) return;
     }
     const how =

@@ -7,8 +7,10 @@ import { randomBytes } from 'node:crypto';
 import { access, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
+import type { Task } from '../../runner/protocol.ts';
+import { SERVICE_LOG_BYTES, TaskServices } from '../../runner/services.ts';
 import { testStack } from '../helpers/stack.ts';
-import { Fixture, recordingDocker, tempDir, waitFor } from './support.ts';
+import { Fixture, fakeDockerDir, recordingDocker, tempDir, waitFor } from './support.ts';
 
 // A short lease: heartbeats, and so cancels, arrive within a second.
 const stack = await testStack(import.meta.filename, { CONDUCTOR_LEASE_S: '3' });
@@ -255,4 +257,52 @@ test('a shell-executor runner fails a task with services at once, naming the exe
   assert.doesNotMatch(log, /checked out/, 'nothing was fetched');
   await assert.rejects(access(marker), { code: 'ENOENT' }, 'the script never ran');
   assert.deepEqual(await readdir(workdir), [], 'no workspace was made');
+});
+
+test("a service's log is cut to its last 64 KiB, and a container that cannot be removed is logged, not waited for", async () => {
+  const dir = await fakeDockerDir();
+  const service = (name: string, image: string) => ({
+    name,
+    image,
+    env: {},
+    ports: [],
+    health: null,
+    health_timeout_s: 60,
+  });
+  const task = {
+    id: '0b7e3c1a-5d6f-4e21-9a8b-1c2d3e4f5a6b',
+    services: [service('chatty', 'fake/chatty:1'), service('stuck', 'fake/stuck:1')],
+    // Only what TaskServices reads of a task.
+  } as unknown as Task;
+  const services = new TaskServices(task, {
+    command: join(dir, 'docker'),
+    env: process.env as Record<string, string>,
+  });
+  const notes: string[] = [];
+  await services.start(new AbortController().signal, (text) => notes.push(text));
+  assert.deepEqual(notes, [
+    'starting the service chatty (fake/chatty:1)',
+    'starting the service stuck (fake/stuck:1)',
+  ]);
+  const logs = await services.logs();
+  const [chatty, stuck] = logs.split(/^(?=--- service stuck)/m);
+  assert.match(
+    chatty!,
+    /^--- service chatty \(fake\/chatty:1\) ---\n\[conductor\] the service's log is cut to its last 64 KiB\n/,
+  );
+  assert.ok(chatty!.length <= SERVICE_LOG_BYTES + 200, `${chatty!.length} characters`);
+  assert.ok(chatty!.endsWith('chatty line 20000\n'), 'the end of the log is kept');
+  assert.equal(
+    stuck,
+    '--- service stuck (fake/stuck:1) ---\nfake/stuck:1 starting\nfake/stuck:1 ready\n',
+  );
+
+  const warnings: Array<{ message: string; fields: Record<string, unknown> }> = [];
+  await services.remove((message, fields) => warnings.push({ message, fields }));
+  assert.equal(warnings.length, 1, JSON.stringify(warnings));
+  assert.equal(warnings[0]!.message, 'could not remove the service containers of a task');
+  assert.match(
+    String(warnings[0]!.fields.output),
+    /cannot remove container .*-stuck: device or resource busy/,
+  );
 });

@@ -270,8 +270,9 @@ export function groupAlive(pgid: number): boolean {
 // runner reads with a link to a host file, or with a FIFO.
 //
 // Services: `run --detach` remembers the container (in containers/ beside it)
-// and gives it a log of one line per --env value; an image named
-// `fake/missing…` cannot be pulled (exit 125). `exec NAME sh -c CMD` runs CMD
+// and gives it a log of one line per --env value (an image named
+// `fake/chatty…`: 20,000 lines); one named `fake/missing…` cannot be pulled
+// (exit 125); one named `fake/stuck…` cannot be removed. `exec NAME sh -c CMD` runs CMD
 // on the host, for a container that exists; `logs` prints the log; `rm -f`
 // and `network create|rm` answer as Docker does.
 const FAKE_DOCKER = `#!/usr/bin/env bash
@@ -301,7 +302,9 @@ case "$1" in
     shift; [ "$1" = -f ] && shift
     code=0
     for c in "$@"; do
-      if [ -f "$state/$c" ]; then rm -f "$state/$c" "$state/$c.log"
+      if grep -q '^fake/stuck' "$state/$c" 2>/dev/null; then
+        echo "Error response from daemon: cannot remove container $c: device or resource busy" >&2; code=1
+      elif [ -f "$state/$c" ]; then rm -f "$state/$c" "$state/$c.log"
       else echo "Error response from daemon: No such container: $c" >&2; code=1; fi
     done
     exit "$code" ;;
@@ -326,6 +329,7 @@ if [ "$1" = --detach ]; then
     exit 125 ;;
   esac
   echo "$1" >"$state/$name"
+  case "$1" in fake/chatty*) seq 1 20000 | sed 's/^/chatty line /' >"$state/$name.log"; echo "fake-container-$name"; exit 0 ;; esac
   { echo "$1 starting"; for e in "\${envs[@]}"; do echo "env $e"; done; echo "$1 ready"; } >"$state/$name.log"
   echo "fake-container-$name"
   exit 0
