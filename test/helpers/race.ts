@@ -442,3 +442,34 @@ export async function finalStatuses(
   for (const r of rows) byJob.get(r.job_id)!.push({ state: r.state, description: r.description });
   return byJob;
 }
+
+/**
+ * For a file's racers on `db`: runs `first` until it is blocked on the lock
+ * `hold` took, then `second` until it is blocked too, then lets go, so that
+ * `first` gets the lock first. Answers both outcomes, settled.
+ */
+export function lockOrder(pool: Pool, db: RaceDatabase) {
+  return async <A, B>(
+    hold: Release,
+    first: () => Promise<A>,
+    second: () => Promise<B>,
+  ): Promise<[PromiseSettledResult<A>, PromiseSettledResult<B>]> => {
+    let a: Promise<PromiseSettledResult<A>> | undefined;
+    let b: Promise<PromiseSettledResult<B>> | undefined;
+    try {
+      a = settle(first());
+      await untilWaiting(pool, db, 1);
+      b = settle(second());
+      await untilWaiting(pool, db, 2);
+    } finally {
+      await hold();
+    }
+    return [await a!, await b!];
+  };
+}
+
+/** A settled outcome's value; a rejection fails the test, naming `what` threw. */
+export function settledValue<T>(r: PromiseSettledResult<T>, what: string): T {
+  if (r.status === 'rejected') assert.fail(`${what} threw ${describeError(r.reason)}`);
+  return r.value;
+}

@@ -20,16 +20,14 @@ import { testDatabase } from '../helpers/db.ts';
 import { makeWorker, startedJob } from '../helpers/fixtures.ts';
 import {
   assertTransitions,
-  describeError,
   finalStatuses,
   forgeProject,
   holdRows,
   installAudit,
   laneSpec,
+  lockOrder,
   newLane,
-  type Release,
-  settle,
-  untilWaiting,
+  settledValue,
   withRacers,
 } from '../helpers/race.ts';
 
@@ -130,28 +128,8 @@ async function stops(jobId: string): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.name, r.n]));
 }
 
-async function inOrder<A, B>(
-  hold: Release,
-  first: () => Promise<A>,
-  second: () => Promise<B>,
-): Promise<[PromiseSettledResult<A>, PromiseSettledResult<B>]> {
-  let a: Promise<PromiseSettledResult<A>> | undefined;
-  let b: Promise<PromiseSettledResult<B>> | undefined;
-  try {
-    a = settle(first());
-    await untilWaiting(pool, racing, 1);
-    b = settle(second());
-    await untilWaiting(pool, racing, 2);
-  } finally {
-    await hold();
-  }
-  return [await a!, await b!];
-}
-
-function value<T>(r: PromiseSettledResult<T>, what: string): T {
-  if (r.status === 'rejected') assert.fail(`${what} threw ${describeError(r.reason)}`);
-  return r.value;
-}
+const inOrder = lockOrder(pool, racing);
+const value = settledValue;
 
 test('a failed fail_fast expansion cancels its queued siblings and flags the running one; the job fails once they stop', async () => {
   const { jobId, byName } = await matrixJob(4, 2);

@@ -39,10 +39,11 @@ import {
   holdTable,
   installAudit,
   laneSpec,
+  lockOrder,
   lockWaiters,
   newLane,
-  type Release,
   settle,
+  settledValue,
   untilWaiting,
   withRacers,
 } from '../helpers/race.ts';
@@ -73,28 +74,8 @@ function report(racers: Pool, task: ClaimedTask, outcome: Outcome): Promise<Comp
  * until it is blocked too, then lets go: `first` gets the lock first. Answers
  * both outcomes, settled.
  */
-async function inOrder<A, B>(
-  hold: Release,
-  first: () => Promise<A>,
-  second: () => Promise<B>,
-): Promise<[PromiseSettledResult<A>, PromiseSettledResult<B>]> {
-  let a: Promise<PromiseSettledResult<A>> | undefined;
-  let b: Promise<PromiseSettledResult<B>> | undefined;
-  try {
-    a = settle(first());
-    await untilWaiting(pool, racing, 1);
-    b = settle(second());
-    await untilWaiting(pool, racing, 2);
-  } finally {
-    await hold();
-  }
-  return [await a!, await b!];
-}
-
-function value<T>(r: PromiseSettledResult<T>, what: string): T {
-  if (r.status === 'rejected') assert.fail(`${what} threw ${describeError(r.reason)}`);
-  return r.value;
-}
+const inOrder = lockOrder(pool, racing);
+const value = settledValue;
 
 function conflict(r: PromiseSettledResult<unknown>, what: string): void {
   assert.equal(r.status, 'rejected', `${what} must lose with a 409`);
