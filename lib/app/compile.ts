@@ -17,10 +17,11 @@ import {
   compilePipeline,
   formatIssue,
   type IncludedFile,
-  MAX_INCLUDE_DEPTH,
+  MAX_INCLUDE_ROUNDS,
   needsFiles,
   type PipelineCompiler,
   PipelineError,
+  unsettledIncludes,
 } from '../pipeline/index.ts';
 import {
   countCompileAttempt,
@@ -120,11 +121,11 @@ export async function compileJob(
       compiled = result;
       break;
     }
-    // The compiler bounds the depth itself; this only keeps a bug from looping.
-    if (round >= MAX_INCLUDE_DEPTH) {
-      throw new Error(
-        `the compile still asked for ${result.toRead.join(', ')} after ${round + 1} rounds`,
-      );
+    // The compiler bounds the depth and the files; the rounds are bounded here.
+    if (round >= MAX_INCLUDE_ROUNDS) {
+      const issue = unsettledIncludes(result.toRead);
+      await failJob(pool, jobId, formatIssue(issue), [issue]);
+      return 'failed';
     }
     try {
       // The files of one level at once, outside any transaction. A file the

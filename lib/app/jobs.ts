@@ -9,12 +9,13 @@ import {
   type CompiledPipeline,
   compilePipeline,
   type IncludedFile,
-  MAX_INCLUDE_DEPTH,
+  MAX_INCLUDE_ROUNDS,
   needsFiles,
   PipelineError,
   type PipelineIssue,
   type Trigger as PipelineTrigger,
   refMatches,
+  unsettledIncludes,
 } from '../pipeline/index.ts';
 
 export { formatIssue, type PipelineIssue } from '../pipeline/index.ts';
@@ -129,11 +130,7 @@ export async function planPipeline(
       const texts = [text, ...[...files.values()].flatMap((f) => ('text' in f ? [f.text] : []))];
       return { pipeline: result, leftOut: leftOutTasks(texts, result, trigger) };
     }
-    if (round >= MAX_INCLUDE_DEPTH) {
-      throw new Error(
-        `the compile still asked for ${result.toRead.join(', ')} after ${round + 1} rounds`,
-      );
-    }
+    if (round >= MAX_INCLUDE_ROUNDS) return { issues: [unsettledIncludes(result.toRead)] };
     for (const path of result.toRead) files.set(path, await readFile(path));
   }
 }

@@ -11,5 +11,12 @@ export {
 export { refMatches, type Trigger } from './glob.ts';
 export type { IncludedFile, IncludedFiles } from './include.ts';
 export { formatIssue, PipelineError, type PipelineIssue } from './issues.ts';
-export { MAX_INCLUDE_DEPTH, MAX_PIPELINE_BYTES, MAX_TASKS, PIPELINE_FILE } from './limits.ts';
+export {
+  MAX_INCLUDE_DEPTH,
+  MAX_INCLUDE_ROUNDS,
+  MAX_PIPELINE_BYTES,
+  MAX_TASKS,
+  PIPELINE_FILE,
+  unsettledIncludes,
+} from './limits.ts';
 export { envFragment } from './names.ts';

@@ -19,11 +19,45 @@ export const MAX_TASKS = 500;
  */
 export const MAX_MATRIX_EXPANSIONS = 256;
 
+/**
+ * The most entries a matrix's `include` or `exclude` may list, and the most keys a matrix may
+ * have with those its includes add. An include entry that adds a key is merged into every
+ * combination, so without these a file of 1 MiB of one-key entries costs seconds and gigabytes
+ * before any size check can see the names it makes.
+ */
+export const MAX_MATRIX_ENTRIES = 256;
+export const MAX_MATRIX_KEYS = 32;
+
 /** How deep `include:` may nest: the pipeline file includes files that include files, and no further. */
 export const MAX_INCLUDE_DEPTH = 3;
 
 /** The most files `include:` may read for one compile, each at most MAX_PIPELINE_BYTES. */
 export const MAX_INCLUDED_FILES = 20;
+
+/**
+ * How many rounds of reading included files a compile may take. Each round
+ * reads at least one file the compile did not have, but the files a round
+ * asks for depend on what the earlier rounds brought (a file reached by a
+ * shorter path frees the budget a deeper one used), so the rounds are bounded
+ * by the files, not by the depth. Past it the job fails naming `include`,
+ * never with an internal error.
+ */
+export const MAX_INCLUDE_ROUNDS = MAX_INCLUDED_FILES + 1;
+
+/** The issue a compile answers when its includes did not settle within MAX_INCLUDE_ROUNDS. */
+export function unsettledIncludes(asked: readonly string[]): {
+  line: number;
+  column: number;
+  path: string;
+  message: string;
+} {
+  return {
+    line: 1,
+    column: 1,
+    path: 'include',
+    message: `the included files did not settle after ${MAX_INCLUDE_ROUNDS} rounds of reading (still asking for ${asked.join(', ')}); include fewer files, or each file from one place`,
+  };
+}
 
 /** The longest path `include:` may name. */
 export const MAX_INCLUDE_PATH_CHARS = 256;

@@ -2,11 +2,22 @@
 // with GitHub's semantics (exclude first, then include). Read leniently like the rest of the
 // task graph's checks: the schema has already reported a matrix of the wrong shape.
 import type { IssueList, PathSegment } from './issues.ts';
-import { MAX_MATRIX_EXPANSIONS, MAX_TASK_NAME_CHARS } from './limits.ts';
+import {
+  MAX_MATRIX_ENTRIES,
+  MAX_MATRIX_EXPANSIONS,
+  MAX_MATRIX_KEYS,
+  MAX_TASK_NAME_CHARS,
+} from './limits.ts';
 import { quote, type Suggester } from './messages.ts';
 import { cartesian, envFragment, matrixTaskName } from './names.ts';
 import { MATRIX_RESERVED_KEYS, MatrixSchema } from './schema.ts';
 import { asWritten, isPlainMap, type Loc, type Plain, type PlainMap } from './source.ts';
+
+// A matrix value goes into the task's name, which pages, logs and `npm run ctl` print: a
+// control character there (an escape sequence, a line break) could fake or hide what a
+// terminal shows.
+const ONE_LINE = 'must be one line without control characters';
+const oneLine = (value: string) => !/\p{Cc}/u.test(value);
 
 /** One combination of matrix values, keys in the matrix's key order. */
 export type Combination = Array<[string, string]>;
@@ -49,6 +60,17 @@ export function readMatrix(
     return null;
   }
   let usable = true;
+  for (const list of ['include', 'exclude'] as const) {
+    const listLoc = loc.entries.get(list);
+    if ((listLoc?.items?.length ?? 0) > MAX_MATRIX_ENTRIES) {
+      issues.add(
+        listLoc!.offset,
+        [...path, list],
+        `lists ${listLoc!.items!.length} entries; at most ${MAX_MATRIX_ENTRIES} are allowed`,
+      );
+      return null;
+    }
+  }
   const axes: Array<[string, string[]]> = [];
   for (const [key, keyLoc] of loc.entries) {
     if (MATRIX_RESERVED_KEYS.includes(key)) continue;
@@ -56,6 +78,12 @@ export function readMatrix(
     const values = (Array.isArray(raw) ? raw : []).map((value, i) =>
       asWritten(value, keyLoc.items?.[i] ?? null),
     );
+    values.forEach((value, i) => {
+      if (!oneLine(value)) {
+        issues.add(keyLoc.items?.[i]?.offset ?? keyLoc.offset, [...path, key, i], ONE_LINE);
+        usable = false;
+      }
+    });
     const seen = new Set<string>();
     values.forEach((value, i) => {
       if (seen.has(value)) {
@@ -119,13 +147,31 @@ export function readMatrix(
   });
 
   const includes: Array<{ values: Map<string, string>; loc: Loc }> = [];
+  let tooManyKeys = false;
   (matrix.include as PlainMap[] | undefined)?.forEach((entry, i) => {
     const entryLoc = includeLocs[i];
-    if (!entryLoc?.entries) return;
+    if (!entryLoc?.entries || tooManyKeys) return;
     const values = new Map<string, string>();
     for (const [key, valueLoc] of entryLoc.entries) {
-      values.set(key, asWritten(entry[key] ?? null, valueLoc));
-      if (!keys.includes(key)) keys.push(key);
+      const value = asWritten(entry[key] ?? null, valueLoc);
+      if (!oneLine(value)) {
+        issues.add(valueLoc.offset, [...path, 'include', i, key], ONE_LINE);
+        usable = false;
+      }
+      values.set(key, value);
+      if (!keys.includes(key)) {
+        if (keys.length >= MAX_MATRIX_KEYS) {
+          issues.add(
+            valueLoc.keyOffset,
+            [...path, 'include', i, key],
+            `adds a key past ${MAX_MATRIX_KEYS}; at most ${MAX_MATRIX_KEYS} matrix keys are allowed`,
+          );
+          tooManyKeys = true;
+          usable = false;
+          return;
+        }
+        keys.push(key);
+      }
     }
     includes.push({ values, loc: entryLoc });
   });

@@ -437,3 +437,43 @@ describe('include', () => {
     );
   });
 });
+
+// Found in review: bounds that keep a fork's file from costing the compile
+// seconds and gigabytes, or a terminal its honesty.
+describe('matrix bounds (review)', () => {
+  test('include lists at most 256 entries, and a matrix at most 32 keys, checked before any combination is built', () => {
+    const vals = Array.from({ length: 256 }, (_, i) => `v${i}`).join(', ');
+    const many = Array.from({ length: 5000 }, (_, i) => `      - {k${i}: x}`).join('\n');
+    const entries = onlyIssue(
+      `version: 1\ntasks:\n  t:\n    script: [echo]\n    matrix:\n      a: [${vals}]\n      include:\n${many}\n`,
+    );
+    assert.equal(entries.path, 'tasks.t.matrix.include');
+    assert.match(entries.message, /lists 5000 entries; at most 256 are allowed/);
+
+    const keys = Array.from({ length: 40 }, (_, i) => `      - {k${i}: x}`).join('\n');
+    const tooWide = onlyIssue(
+      `version: 1\ntasks:\n  t:\n    script: [echo]\n    matrix:\n      a: [x]\n      include:\n${keys}\n`,
+    );
+    assert.equal(tooWide.path, 'tasks.t.matrix.include[31].k31');
+    assert.equal(tooWide.line, 39);
+    assert.match(tooWide.message, /at most 32 matrix keys are allowed/);
+  });
+
+  test('a matrix value with a control character or a line break is an error at the value', () => {
+    // YAML's own escapes: ESC and CR in one value, a line feed in another.
+    const text = [
+      'version: 1',
+      'tasks:',
+      '  t:',
+      '    script: [echo]',
+      '    matrix:',
+      '      v: ["\\e[2K\\rsuccess  build", ok]',
+      '      include: [{v: ok, w: "x\\ny"}]',
+      '',
+    ].join('\n');
+    assert.deepEqual(issuesOf(text).map(show), [
+      '6:11 tasks.t.matrix.v[0]: must be one line without control characters',
+      '7:28 tasks.t.matrix.include[0].w: must be one line without control characters',
+    ]);
+  });
+});
