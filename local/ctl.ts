@@ -41,7 +41,8 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                                             terminal asks for it without echoing it) or the
                                             file PATH holds; one final line feed is dropped
   secrets --project ID                      list secret names
-  webhook push --project ID --secret WEBHOOK_SECRET --sha SHA [--ref refs/heads/main]
+  webhook push --project ID (--secret-file PATH | --secret WEBHOOK_SECRET) --sha SHA
+               [--ref refs/heads/main]
                                             sign and send a push webhook as the forge would
   trigger --project ID --sha SHA [--ref main]
                                             start a job by hand
@@ -61,8 +62,9 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                                             the working tree. Exit 0 valid, 1 invalid
 
   --url URL      the control plane (default http://127.0.0.1:$PORT, PORT defaulting to 8080)
-  --token TOKEN  the admin token (default $CONDUCTOR_ADMIN_TOKEN, or the one npm start
-                 keeps in $CONDUCTOR_DATA_DIR/admin-token)
+  --token-file PATH  the admin token, read from a file (or --token TOKEN, which npm
+                 echoes; default $CONDUCTOR_ADMIN_TOKEN, or the one npm start keeps in
+                 $CONDUCTOR_DATA_DIR/admin-token)
 
 Secret values and forge tokens are never taken from the command line: npm prints
 its command line, and the shell keeps it in its history.`;
@@ -183,6 +185,9 @@ export function promptHidden(
 }
 
 function adminToken(values: Record<string, unknown>, env: NodeJS.ProcessEnv): string {
+  if (typeof values['token-file'] === 'string') {
+    return readSecretFile(values['token-file'], env.INIT_CWD ?? process.cwd());
+  }
   if (typeof values.token === 'string') return values.token;
   if (env.CONDUCTOR_ADMIN_TOKEN) return env.CONDUCTOR_ADMIN_TOKEN;
   const file = join(env.CONDUCTOR_DATA_DIR || '.conductor', 'admin-token');
@@ -190,6 +195,15 @@ function adminToken(values: Record<string, unknown>, env: NodeJS.ProcessEnv): st
   throw new UsageError(
     'no admin token: pass --token, set CONDUCTOR_ADMIN_TOKEN, or run npm start first',
   );
+}
+
+/** A token or secret kept in a file (one final line feed dropped), so it stays off the command line. */
+function readSecretFile(path: string, cwd: string): string {
+  try {
+    return readFileSync(resolve(cwd, path), 'utf8').replace(/\r?\n$/, '');
+  } catch (err) {
+    throw new UsageError(`cannot read ${path}: ${(err as Error).message}`, false);
+  }
 }
 
 /** Runs one CLI command; answers the process exit code. */
@@ -211,6 +225,7 @@ function parse(argv: string[]) {
     options: {
       url: { type: 'string' },
       token: { type: 'string' },
+      'token-file': { type: 'string' },
       id: { type: 'string' },
       name: { type: 'string' },
       repo: { type: 'string' },
@@ -235,6 +250,7 @@ function parse(argv: string[]) {
       project: { type: 'string' },
       value: { type: 'string' },
       secret: { type: 'string' },
+      'secret-file': { type: 'string' },
       sha: { type: 'string' },
       ref: { type: 'string' },
       limit: { type: 'string' },
@@ -444,7 +460,10 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           repoUrl: project.repo_url,
           sha: required(values, 'sha'),
           ref: values.ref ?? 'refs/heads/main',
-          secret: required(values, 'secret'),
+          secret:
+            typeof values['secret-file'] === 'string'
+              ? readSecretFile(values['secret-file'], io.cwd ?? process.cwd())
+              : required(values, 'secret'),
           message: 'sent by npm run ctl',
           fetch: doFetch,
         });

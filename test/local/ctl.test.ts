@@ -112,6 +112,37 @@ test('the CLI signs with the secret it is given: a wrong one is refused', async 
   assert.match(push.out, /^HTTP 401 /);
 });
 
+test('the admin token and a webhook secret can come from files, off the command line', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'conductor-ctl-files-'));
+  try {
+    await writeFile(join(dir, 'admin'), `${stack.adminToken}\n`);
+    await writeFile(join(dir, 'wrong'), 'not-the-secret\n');
+    const lines: string[] = [];
+    const listed = await runCtl(['projects', '--url', stack.url, '--token-file', 'admin'], {
+      out: (l) => lines.push(l),
+      env: { INIT_CWD: dir },
+      cwd: dir,
+    });
+    assert.equal(listed, 0, lines.join('\n'));
+    assert.match(lines.join('\n'), /"id": "cli"/);
+    const push = await ctlWith(
+      { cwd: dir },
+      'webhook',
+      'push',
+      '--project',
+      'cli',
+      '--secret-file',
+      'wrong',
+      '--sha',
+      sha,
+    );
+    assert.equal(push.code, 1);
+    assert.match(push.out, /^HTTP 401 /, 'the file was read and its secret used');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 test('the CLI explains its usage and failures', async () => {
   assert.equal((await ctl('nonsense')).code, 2);
   assert.equal((await ctl('project', 'create', '--id', 'x')).code, 2);
