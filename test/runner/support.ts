@@ -133,7 +133,9 @@ export class Fixture {
       const v = await this.job(jobId);
       return v.job.state === 'pending' ? undefined : v;
     });
-    assert.equal(view.job.state, 'running', view.job.error ?? '');
+    // Compiled into tasks: a runner already polling may have run (or
+    // refused) them and finished the job before this poll saw it running.
+    assert.ok(view.tasks.length > 0, `the job did not compile: ${view.job.error ?? ''}`);
     return jobId;
   }
 

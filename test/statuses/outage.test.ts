@@ -26,6 +26,7 @@ import {
   sweepAllDue,
   sweepDue,
   TWO_TASKS,
+  waitUntil,
   whileDown,
 } from './support.ts';
 
@@ -246,12 +247,19 @@ test('a compile that cannot read the pipeline leaves the creation status, which 
     },
     { files: true },
   );
-  assert.equal(fake.statusesFor(commit).length, 0);
+  assert.equal(fake.acceptedFor(commit).length, 0);
 
-  // Its 5 s pass with the job still pending: the sweep posts it.
+  // Its 5 s pass with the job still pending: the sweep posts it. On a loaded
+  // machine the hold-back may already have passed when the compile gave up,
+  // and the compile's own delivery after it tries it instead (or holds it
+  // while the sweep runs): either way the forge accepts it once.
   const posted = await sweepDue(stack, jobId);
-  assert.equal(posted.statuses_delivered, 1);
-  assert.deepEqual(seen(fake.statusesFor(commit)), [
+  await waitUntil(
+    'the creation status is accepted',
+    async () => fake.acceptedFor(commit).length > 0,
+  );
+  assert.ok(posted.statuses_delivered <= 1);
+  assert.deepEqual(seen(fake.acceptedFor(commit)), [
     'pending: waiting for the pipeline to be read',
   ]);
 
@@ -262,8 +270,8 @@ test('a compile that cannot read the pipeline leaves the creation status, which 
   );
   const redispatched = await runSweep(stack.context);
   assert.equal(redispatched.compiles_redispatched, 1);
-  const posts = await statusesSettled(stack, fake, jobId, commit, 2);
-  assert.deepEqual(seen(posts), [
+  await statusesSettled(stack, fake, jobId, commit, 2);
+  assert.deepEqual(seen(fake.acceptedFor(commit)), [
     'pending: waiting for the pipeline to be read',
     'pending: running 1 task',
   ]);
