@@ -21,24 +21,17 @@ import { assertBadRequest } from './assertions.ts';
 import {
   claim,
   claimTask,
-  createWorker,
   getJob,
   type Json,
   putSecret,
   sendWebhook,
   startE2E,
+  twoPools,
   waitForJob,
 } from './calls.ts';
 import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, addProject } = await startE2E(import.meta.filename);
-
-/** A trusted and an untrusted worker, both registered with `label`. */
-async function twoPools(label: string) {
-  const trusted = await createWorker(stack, [label], `${label}-trusted`);
-  const untrusted = await createWorker(stack, [label], `${label}-untrusted`, { untrusted: true });
-  return { trusted: trusted.token, untrusted: untrusted.token };
-}
 
 /** A project on `forge` with a forge token, a secret, and both pools of workers for its label. */
 async function botProject(forge: 'github' | 'gitea', id: string, settings: Json = {}) {
@@ -51,7 +44,7 @@ async function botProject(forge: 'github' | 'gitea', id: string, settings: Json 
     ...settings,
   });
   await putSecret(stack, id, 'NPM_TOKEN', `${id}-npm-token`);
-  const workers = await twoPools(id);
+  const workers = await twoPools(stack, id);
   const commit = (seed: string) => {
     const head = sha(`${id}-${seed}`);
     fake.setFile(

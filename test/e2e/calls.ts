@@ -219,6 +219,18 @@ export async function createWorker(
   return { worker: res.body.worker, token: res.body.token };
 }
 
+/** A trusted and an untrusted worker, both registered with `label`; answers their tokens. */
+export async function twoPools(
+  stack: TestStack,
+  label: string,
+): Promise<{ trusted: string; untrusted: string }> {
+  const trusted = await createWorker(stack, [label], `${label}-trusted`);
+  const untrusted = await createWorker(stack, [label], `${label}-untrusted`, { untrusted: true });
+  assert.equal(trusted.worker.untrusted, false);
+  assert.equal(untrusted.worker.untrusted, true);
+  return { trusted: trusted.token, untrusted: untrusted.token };
+}
+
 /** PUT /v1/projects/{id}/secrets/{name}, asserting the 204. */
 export async function putSecret(stack: TestStack, project: string, name: string, value: string) {
   const res = await stack.call('PUT', `/v1/projects/${project}/secrets/${name}`, {

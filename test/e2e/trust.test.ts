@@ -17,27 +17,18 @@ import {
   claimTask,
   complete,
   countRows,
-  createWorker,
   deliverRunning,
   getJob,
   type Json,
   putSecret,
   sendWebhook,
   startE2E,
+  twoPools,
   waitForJob,
 } from './calls.ts';
 import { pipeline, sha } from './payloads.ts';
 
 const { fake, stack, addProject } = await startE2E(import.meta.filename);
-
-/** A trusted and an untrusted worker, both registered with `label`. */
-async function twoPools(label: string) {
-  const trusted = await createWorker(stack, [label], `${label}-trusted`);
-  const untrusted = await createWorker(stack, [label], `${label}-untrusted`, { untrusted: true });
-  assert.equal(trusted.worker.untrusted, false);
-  assert.equal(untrusted.worker.untrusted, true);
-  return { trusted: trusted.token, untrusted: untrusted.token };
-}
 
 function approve(jobId: string) {
   return stack.call('POST', `/v1/jobs/${jobId}/approve`, { token: stack.adminToken });
@@ -76,7 +67,7 @@ test('a fork pull request waits blocked, unread; approved, it runs on the untrus
   assert.equal(project.fork_pull_requests, 'approve', 'approval is the default');
   assert.equal(project.visibility, 'private');
   await putSecret(stack, project.id, 'API_KEY', 'forked-api-key');
-  const workers = await twoPools(label);
+  const workers = await twoPools(stack, label);
   const head = sha('forked-head');
   fake.setFile(
     repo,
@@ -145,7 +136,7 @@ test('a trusted push never reaches the untrusted worker', async () => {
     forge_token: 'ghp_pushed-token',
   });
   await putSecret(stack, project.id, 'DEPLOY', 'pushed-deploy');
-  const workers = await twoPools(label);
+  const workers = await twoPools(stack, label);
   const commit = sha('pushed');
   fake.setFile(
     repo,
@@ -180,7 +171,7 @@ test('a Gitea pull request from the repository itself is trusted when Gitea conf
     forge_token: 'gitea-agit-token',
   });
   await putSecret(stack, project.id, 'API_KEY', 'agit-api-key');
-  const workers = await twoPools(label);
+  const workers = await twoPools(stack, label);
   fake.setPermission(repo, 'ines', 'write');
   fake.setPermission(repo, 'mallory', 'read');
   const yml = pipeline(label, '  check:\n    secrets: [API_KEY]\n    script: [make]\n');
@@ -371,7 +362,7 @@ test('a rerun of an untrusted job is untrusted', async () => {
     fork_pull_requests: 'run',
   });
   await putSecret(stack, project.id, 'API_KEY', 'rerun-key');
-  const workers = await twoPools(label);
+  const workers = await twoPools(stack, label);
   const head = sha('rerun-fork');
   fake.setFile(repo, head, pipeline(label, '  a:\n    secrets: [API_KEY]\n    script: [make]\n'));
   const { hook, view } = await deliverRunning(

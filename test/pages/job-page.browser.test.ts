@@ -10,6 +10,7 @@ import {
   claimTask,
   complete,
   getJob,
+  type Json,
   putSecret,
   sendWebhook,
   startE2E,
@@ -49,6 +50,27 @@ const DEMO = `  build:
 /** What the test reads of the browser's window (the type check knows no DOM). */
 interface BrowserWindow {
   getComputedStyle(el: unknown): { color: string };
+}
+
+/**
+ * Stores `first` as the start of the claimed task's log, then opens the job's
+ * page signed in with that task's log shown; answers the page and the log.
+ */
+async function openWithLog(
+  job: { token: string; jobId: string },
+  task: Record<string, Json>,
+  first: string,
+) {
+  const res = await uploadLog(stack, job.token, task.id, {
+    lease_id: task.lease_id,
+    offset: 0,
+    data: first,
+  });
+  assert.equal(res.status, 200, res.text);
+  const { page } = await newPage(browser);
+  await signIn(page, stack);
+  await page.goto(`${stack.url}/jobs/${job.jobId}?task=${task.id}`);
+  return { page, log: page.locator('[data-log]') };
 }
 
 const stateOf = (page: import('playwright-core').Page, name: string) =>
@@ -104,17 +126,8 @@ test('a log with ANSI colours shows coloured spans, the masked secret as ***, an
   );
   const task = await claimTask(stack, job.token);
   const first = `\u001b[31mred failure\u001b[0m and \u001b[1;32mgreen\u001b[0m\nusing ${SECRET} now\n`;
-  let res = await uploadLog(stack, job.token, task.id, {
-    lease_id: task.lease_id,
-    offset: 0,
-    data: first,
-  });
-  assert.equal(res.status, 200, res.text);
-
-  const { page } = await newPage(browser);
-  await signIn(page, stack);
-  await page.goto(`${stack.url}/jobs/${job.jobId}?task=${task.id}`);
-  const log = page.locator('[data-log]');
+  const { page, log } = await openWithLog(job, task, first);
+  let res: Awaited<ReturnType<typeof uploadLog>>;
   assert.equal(await log.textContent(), 'red failure and green\nusing *** now\n');
   const red = await log
     .locator('span', { hasText: 'red failure' })
@@ -202,20 +215,10 @@ test('an OSC 8 hyperlink in a log shows as plain text in the browser, when the p
   const task = await claimTask(stack, job.token);
   const link = (url: string, text: string) => `\u001b]8;;${url}\u001b\\${text}\u001b]8;;\u001b\\`;
   const first = `see ${link('https://evil.example/login', 'click here')}\n`;
-  let res = await uploadLog(stack, job.token, task.id, {
-    lease_id: task.lease_id,
-    offset: 0,
-    data: first,
-  });
-  assert.equal(res.status, 200, res.text);
-
-  const { page } = await newPage(browser);
-  await signIn(page, stack);
-  await page.goto(`${stack.url}/jobs/${job.jobId}?task=${task.id}`);
-  const log = page.locator('[data-log]');
+  const { page, log } = await openWithLog(job, task, first);
   assert.equal(await log.textContent(), 'see click here\n');
 
-  res = await uploadLog(stack, job.token, task.id, {
+  const res = await uploadLog(stack, job.token, task.id, {
     lease_id: task.lease_id,
     offset: Buffer.byteLength(first),
     data: `and ${link('javascript:alert(1)', 'this')} too\n`,
