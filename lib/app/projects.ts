@@ -141,8 +141,10 @@ export const sealContext = {
   secret: (projectId: string, name: string) => `project/${projectId}/secret/${name}`,
 };
 
+/** Hex, so it never starts with "-": pasted as `--secret VALUE` or into a
+ * forge's form, a leading dash was read as an option (base64url, 1 in 32). */
 function newWebhookSecret(): string {
-  return randomBytes(24).toString('base64url');
+  return randomBytes(24).toString('hex');
 }
 
 function checkForgeUrl(forge: Forge, repoUrl: string, forgeUrlValue: string | null | undefined) {
