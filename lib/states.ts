@@ -24,10 +24,12 @@ export const FINISHED_JOB_STATES = [
   'cancelled',
 ] as const satisfies readonly JobState[];
 
+/** `blocked`: a block step waiting to be unblocked (its needs met); not the job's `blocked`. */
 export const TASK_STATES = [
   'waiting',
   'queued',
   'running',
+  'blocked',
   'success',
   'failed',
   'skipped',
@@ -39,10 +41,20 @@ export const UNFINISHED_TASK_STATES = [
   'waiting',
   'queued',
   'running',
+  'blocked',
 ] as const satisfies readonly TaskState[];
 
-export const JOB_TRIGGERS = ['push', 'tag', 'pull_request', 'manual', 'rerun'] as const;
+/** `schedule`: fired by one of the project's schedules (migrations/012). */
+export const JOB_TRIGGERS = ['push', 'tag', 'pull_request', 'manual', 'rerun', 'schedule'] as const;
 export type JobTrigger = (typeof JOB_TRIGGERS)[number];
+
+/** A task's `when:` (tasks.run_when, migrations/012): which outcomes of its needs let it run. */
+export const TASK_RUN_WHEN = ['on_success', 'on_failure', 'always'] as const;
+export type TaskRunWhen = (typeof TASK_RUN_WHEN)[number];
+
+/** What a schedule does with ticks missed while nothing fired (schedules.catch_up). */
+export const SCHEDULE_CATCH_UP = ['latest', 'none'] as const;
+export type ScheduleCatchUp = (typeof SCHEDULE_CATCH_UP)[number];
 
 export const FORGES = ['github', 'gitea'] as const;
 export type Forge = (typeof FORGES)[number];

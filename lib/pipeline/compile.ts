@@ -1,8 +1,11 @@
+import type { CompiledChanges } from './changes.ts';
+import type { TaskRunWhen } from '../states.ts';
 import { isInherited, resolveExtends, type TaskEntry } from './extends.ts';
 import type { Trigger } from './glob.ts';
 import { refMatches } from './glob.ts';
 import { withDependents } from './graph.ts';
 import { type IncludedFiles, type ReadFile, readIncludes } from './include.ts';
+import { applyInputs, type CompiledInput, compileDeclarations, resolveInputs } from './inputs.ts';
 import { IssueList, PipelineError } from './issues.ts';
 import { describeBytes, MAX_JOB_BYTES, MAX_PIPELINE_BYTES, MAX_TASK_BYTES } from './limits.ts';
 import { quote, Suggester, type SuggestionCost } from './messages.ts';
@@ -10,6 +13,7 @@ import { type Expansion, planTasks, type TaskPlan } from './plan.ts';
 import {
   checkPipelineFile,
   checkWith,
+  DEFAULT_BLOCK_TIMEOUT_S,
   DEFAULT_QUEUE_TIMEOUT_S,
   DEFAULT_RETRIES,
   DEFAULT_SERVICE_HEALTH_TIMEOUT_S,
@@ -32,6 +36,7 @@ import {
   readSource,
   type Source,
 } from './source.ts';
+import { runWhenOf, whenMatches } from './when.ts';
 
 /** One task of a job, ready to be stored: defaults applied, matrix expanded, needs resolved. */
 export interface CompiledTask {
@@ -62,12 +67,34 @@ export interface CompiledTask {
    * Optional so that tasks copied from before services existed need not say.
    */
   services?: CompiledService[];
+  /** A block step (no script, no runner): what it asks for. Optional: tasks from before it need not say. */
+  block?: CompiledBlock | null;
+  /** The changed-path filter; null or absent: the task runs whatever changed. */
+  changes?: CompiledChanges | null;
+  /** `when:`'s status: which outcomes of its needs let it run; absent is on_success. */
+  when?: TaskRunWhen;
   maxAttempts: number;
   timeoutS: number;
   /** How long the task may wait in the queue before it fails for want of a worker. */
   queueTimeoutS: number;
   /** 0-based order in the job: file order, matrix expansions in cartesian order. */
   position: number;
+}
+
+/** A block step as stored: what the page asks, and what happens when nobody answers. */
+export interface CompiledBlock {
+  prompt: string;
+  fields: CompiledBlockField[];
+  timeoutS: number;
+  onTimeout: 'fail' | 'skip';
+}
+
+/** One field of a block step; `options` only for a select. */
+export interface CompiledBlockField {
+  name: string;
+  type: 'text' | 'select';
+  required: boolean;
+  options: string[] | null;
 }
 
 /** A service container of a task, as the runner receives it. */
@@ -87,6 +114,8 @@ export interface CompiledService {
 export interface CompiledPipeline {
   name: string | null;
   tasks: CompiledTask[];
+  /** The inputs `inputs:` declares, in file order (the Run form's fields). */
+  inputs?: CompiledInput[];
 }
 
 /** Compiling stopped short: these files, named under `include:`, are to be read and handed in. */
@@ -180,7 +209,24 @@ function compile(
   }
   const pipeline = build(file, plans, merged.loc, trigger, issues);
   if (pipeline === null) throw issues.toError();
+  withInputsAndWhen(pipeline, file, trigger, merged.loc, issues);
+  if (issues.size > 0) throw issues.toError();
   return pipeline;
+}
+
+// The job's inputs checked and applied to every task (lib/pipeline/inputs.ts),
+// each task's `when:` status, and the declarations for the Run form.
+function withInputsAndWhen(
+  pipeline: CompiledPipeline,
+  file: PipelineFile,
+  trigger: Trigger,
+  root: Loc,
+  issues: IssueList,
+): void {
+  const values = resolveInputs(file.inputs, trigger, root, issues);
+  applyInputs(pipeline.tasks, file.inputs, values, root, issues);
+  for (const task of pipeline.tasks) task.when = runWhenOf(file.tasks[task.baseName]?.when);
+  pipeline.inputs = compileDeclarations(file.inputs);
 }
 
 // Schema problems at their locations, leaving out those in inherited values: each is reported
@@ -312,8 +358,12 @@ function build(
   const graph = new Map(plans.map((plan) => [plan.key, plan.needs]));
   const missed = plans
     .filter((plan) => {
-      const only = definitions.get(plan.key)?.only;
-      return only !== undefined && !only.some((pattern) => refMatches(pattern, trigger));
+      const definition = definitions.get(plan.key);
+      const only = definition?.only;
+      return (
+        (only !== undefined && !only.some((pattern) => refMatches(pattern, trigger))) ||
+        !whenMatches(definition?.when, trigger)
+      );
     })
     .map((plan) => plan.key);
   // A task left out by `only` takes everything that needs it along: running them without it
@@ -346,8 +396,12 @@ function build(
     const image = task.image ?? defaults.image ?? null;
     const labels = [...new Set(task.labels ?? defaults.labels ?? [])].sort();
     const secrets = [...new Set(task.secrets ?? [])];
-    const outputs = task.outputs ?? [];
-    const scriptBytes = listBytes(task.script);
+    const block = compileBlock(task.block);
+    // A block step's fields are its outputs: its dependents read them as any task's.
+    const outputs = block ? block.fields.map((field) => field.name) : (task.outputs ?? []);
+    const script = task.script ?? [];
+    const scriptBytes =
+      listBytes(script) + (block ? Buffer.byteLength(JSON.stringify(block), 'utf8') : 0);
     const services = compileServices(task.services, root, ['tasks', plan.key, 'services']);
     const otherBytes =
       (services.length ? Buffer.byteLength(JSON.stringify(services), 'utf8') : 0) +
@@ -393,7 +447,7 @@ function build(
         // fromEntries defines own properties, so even odd keys cannot reach a prototype.
         matrix: Object.fromEntries(expansion.matrix),
         image,
-        script: [...task.script],
+        script: [...script],
         env: { ...env },
         labels: [...labels],
         needs: [...needs],
@@ -402,6 +456,10 @@ function build(
         allowFailure: task.allow_failure ?? false,
         failFast: task.fail_fast ?? false,
         services: services.map((service) => ({ ...service, env: { ...service.env } })),
+        block,
+        changes: task.changes
+          ? { include: [...task.changes.include], exclude: [...task.changes.exclude] }
+          : null,
         maxAttempts: (task.retries ?? defaults.retries ?? DEFAULT_RETRIES) + 1,
         timeoutS: task.timeout ?? defaults.timeout ?? DEFAULT_TIMEOUT_S,
         queueTimeoutS: task.queue_timeout ?? defaults.queue_timeout ?? DEFAULT_QUEUE_TIMEOUT_S,
@@ -417,6 +475,21 @@ function expansionBytes(expansion: Expansion): number {
   let bytes = jsonBytes(expansion.name);
   for (const [key, value] of expansion.matrix) bytes += jsonBytes(key) + jsonBytes(value);
   return bytes;
+}
+
+function compileBlock(block: Task['block']): CompiledBlock | null {
+  if (!block) return null;
+  return {
+    prompt: block.prompt,
+    fields: (block.fields ?? []).map((field) => ({
+      name: field.name,
+      type: field.type ?? 'text',
+      required: field.required ?? false,
+      options: field.options ? [...field.options] : null,
+    })),
+    timeoutS: block.timeout ?? DEFAULT_BLOCK_TIMEOUT_S,
+    onTimeout: block.on_timeout ?? 'fail',
+  };
 }
 
 // Env values stringified as written (`3.10` stays `3.10`), keys in file order.

@@ -2,9 +2,13 @@
 export interface Trigger {
   /** `refs/heads/main`, `refs/tags/v1.2`, or for a pull request `refs/pull/N/head`. */
   ref: string;
-  event: 'push' | 'tag' | 'pull_request' | 'manual' | 'rerun';
+  event: 'push' | 'tag' | 'pull_request' | 'manual' | 'rerun' | 'schedule';
   /** For a pull request, the base branch: `main` or `refs/heads/main`. */
   baseRef?: string | null;
+  /** For a scheduled job, the schedule's name (`when: {schedule: [...]}`). */
+  schedule?: string | null;
+  /** The inputs a manual or scheduled job was given, checked against `inputs:` (lib/pipeline/inputs.ts). */
+  inputs?: Readonly<Record<string, unknown>> | null;
 }
 
 /**

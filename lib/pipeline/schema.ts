@@ -1,8 +1,11 @@
 import { z } from 'zod';
+import { ChangesSchema } from './changes.ts';
+import { InputsSchema } from './inputs.ts';
 import type { PathSegment } from './issues.ts';
 import { MAX_OUTPUTS, MAX_SECRETS } from './limits.ts';
 import { describeValue, quote, type Suggester } from './messages.ts';
 import { envFragment, MATRIX_KEY_PATTERN, VAR_NAME_PATTERN } from './names.ts';
+import { WhenSchema } from './when.ts';
 
 /** Timeout of a task when neither it nor the defaults set one: one hour. */
 export const DEFAULT_TIMEOUT_S = 3600;
@@ -197,9 +200,130 @@ const ServicesSchema = z
     message: `must list at most ${MAX_SERVICES} services`,
   });
 
-/** One entry under `tasks:`. */
-export const TaskSchema = z.strictObject({
-  script: z.array(z.string()).min(1, 'script must have at least one line'),
+/** How long a block step waits to be unblocked when it does not say: 24 hours. */
+export const DEFAULT_BLOCK_TIMEOUT_S = 24 * 60 * 60;
+/** Most fields one block step may ask for. */
+export const MAX_BLOCK_FIELDS = 20;
+
+/** One field a block step asks for when it is unblocked; its value becomes an output. */
+export const BlockFieldSchema = z
+  .strictObject({
+    name: nameSchema(VAR_NAME_PATTERN, 'field name', VAR_RULE),
+    type: z.enum(['text', 'select']).optional(),
+    required: z.boolean().optional(),
+    options: z.array(z.string().min(1, 'must not be empty')).min(1).max(100).optional(),
+  })
+  .superRefine((field, ctx) => {
+    if (field.type === 'select' && field.options === undefined) {
+      ctx.addIssue({ code: 'custom', path: [], message: 'a select field needs options' });
+    }
+    if (field.type !== 'select' && field.options !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['options'], message: 'only a select field has options' });
+    }
+  });
+
+/** `block:`: a step that waits for someone to unblock it, runs no script and holds no runner. */
+export const BlockSchema = z.strictObject({
+  prompt: z
+    .string()
+    .min(1, 'must not be empty')
+    .max(200, 'must be at most 200 characters')
+    .regex(/^\P{Cc}*$/u, 'must be one line without control characters'),
+  fields: z
+    .array(BlockFieldSchema)
+    .max(MAX_BLOCK_FIELDS, `must list at most ${MAX_BLOCK_FIELDS} fields`)
+    .superRefine((fields, ctx) => {
+      const seen = new Set<string>();
+      fields.forEach((field, index) => {
+        if (seen.has(field.name)) {
+          ctx.addIssue({ code: 'custom', path: [index, 'name'], message: `duplicate field ${quote(field.name)}` });
+        }
+        seen.add(field.name);
+      });
+    })
+    .optional(),
+  timeout: TimeoutSchema.optional(),
+  on_timeout: z.enum(['fail', 'skip']).optional(),
+});
+
+// ---- artifacts: and cache: (issue #37, docs/artifacts.md)
+
+/** Default and largest `expire_in` of a task's artifacts. */
+export const DEFAULT_ARTIFACT_EXPIRY_S = 30 * 86_400;
+const MAX_ARTIFACT_EXPIRY_S = 400 * 86_400;
+
+/** Reads an artifact's `expire_in` (`7d`, `12h`, or whole seconds) as seconds, or says what is wrong. */
+export function parseExpiry(value: unknown): { seconds: number } | { error: string } {
+  const got = describeValue(value);
+  let seconds = Number.NaN;
+  if (typeof value === 'number' && Number.isInteger(value)) seconds = value;
+  else if (typeof value === 'string') {
+    const match = /^([0-9]+)([smhd])$/.exec(value);
+    if (match) seconds = Number(match[1]) * (UNIT_SECONDS[match[2] ?? 's'] ?? 1);
+  }
+  if (Number.isNaN(seconds)) return { error: `expected a duration such as 7d or 12h, got ${got}` };
+  if (seconds <= 0) return { error: `must be positive, got ${got}` };
+  if (seconds > MAX_ARTIFACT_EXPIRY_S) return { error: `must be at most 400d, got ${got}` };
+  return { seconds };
+}
+
+const ExpirySchema = z.unknown().transform((value, ctx) => {
+  const parsed = parseExpiry(value);
+  if ('error' in parsed) {
+    ctx.issues.push({ code: 'custom', message: parsed.error, input: value });
+    return z.NEVER;
+  }
+  return parsed.seconds;
+});
+
+/** A path or glob in the checkout: relative, never leaving it. */
+const WorkspacePathSchema = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(1024, 'must be at most 1024 characters')
+  .refine((p) => !p.startsWith('/') && !p.startsWith('~'), 'must be relative to the checkout')
+  .refine((p) => !p.split('/').includes('..'), 'must not leave the checkout ("..")')
+  .refine((p) => !/[\0\n\r]/.test(p), 'must be one line');
+
+const ArtifactsSchema = z.strictObject({
+  paths: z.array(WorkspacePathSchema).min(1, 'must list at least one path').max(100),
+  expire_in: ExpirySchema.optional(),
+  when: z.enum(['on_success', 'on_failure', 'always']).optional(),
+});
+
+/** `{{ hash 'file' ... }}` in a cache key: the runner puts the files' hash there. */
+export const HASH_TEMPLATE = /\{\{\s*hash((?:\s+'[^']+')+)\s*\}\}/g;
+
+const CacheKeySchema = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(512, 'must be at most 512 characters')
+  .refine((key) => !key.replace(HASH_TEMPLATE, '').includes('{{'), {
+    message: "the only template a cache key may hold is {{ hash 'file' }}",
+  })
+  .refine((key) => !/[\0\n\r,]/.test(key), 'must be one line without commas');
+
+const CacheEntrySchema = z.strictObject({
+  key: CacheKeySchema,
+  restore_keys: z.array(CacheKeySchema).max(20).optional(),
+  paths: z.array(WorkspacePathSchema).min(1, 'must list at least one path').max(100),
+  policy: z.enum(['pull', 'push', 'pull-push']).optional(),
+});
+
+const CacheSchema = z
+  .union([CacheEntrySchema, z.array(CacheEntrySchema).min(1).max(10)], {
+    error: (issue) =>
+      issue.input === undefined
+        ? undefined
+        : `expected a cache (key, paths) or a list of them, got ${describeValue(issue.input)}`,
+  })
+  .transform((cache) => (Array.isArray(cache) ? cache : [cache]));
+
+/** The fields of one entry under `tasks:`; TaskSchema adds what ties them together. */
+const TaskFields = z.strictObject({
+  script: z.array(z.string()).min(1, 'script must have at least one line').optional(),
+  block: BlockSchema.optional(),
+  changes: ChangesSchema.optional(),
   image: z.string().min(1, 'must not be empty').optional(),
   needs: z.array(z.string()).optional(),
   only: OnlySchema.optional(),
@@ -217,13 +341,32 @@ export const TaskSchema = z.strictObject({
   matrix: MatrixSchema.optional(),
   fail_fast: z.boolean().optional(),
   services: ServicesSchema.optional(),
+  artifacts: ArtifactsSchema.optional(),
+  cache: CacheSchema.optional(),
+  // Which outcomes of its needs, and which triggers, run the task (lib/pipeline/when.ts).
+  when: WhenSchema.optional(),
   // Resolved before the schema sees the task (lib/pipeline/extends.ts); checked here for its shape.
   extends: ExtendsSchema.optional(),
+});
+
+/** One entry under `tasks:`: a script, or a block step (`block:`) instead of one. */
+export const TaskSchema = TaskFields.superRefine((task, ctx) => {
+  if (task.block !== undefined) {
+    if (task.script !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['block'], message: 'a block step runs no script: remove script or block' });
+    }
+    if (task.outputs !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['outputs'], message: "a block step's outputs are its fields" });
+    }
+  } else if (task.script === undefined) {
+    // Reported as a missing key, as when script was required outright.
+    ctx.addIssue({ code: 'custom', path: ['script'], message: REQUIRED });
+  }
 });
 export type Task = z.infer<typeof TaskSchema>;
 
 /** A hidden task (its name starts with "."): any part of a task, for others to extend. */
-export const HiddenTaskSchema = TaskSchema.partial();
+export const HiddenTaskSchema = TaskFields.partial();
 
 /** The `defaults:` section: settings every task starts from. */
 export const DefaultsSchema = z.strictObject({
@@ -248,6 +391,8 @@ export const PipelineFileSchema = z.strictObject({
     .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
     .optional(),
   defaults: DefaultsSchema.optional(),
+  // What a manual or scheduled run may be given (lib/pipeline/inputs.ts).
+  inputs: InputsSchema.optional(),
   // Its items are checked as the files are read (lib/pipeline/include.ts), where their files are.
   include: z.unknown().optional(),
   // Task names are checked with the graph, so a badly named task still has its body checked.
@@ -314,6 +459,12 @@ function knownKeys(path: readonly PathSegment[], top: readonly string[]): string
   if (path.length === 0) return [...top];
   if (path.length === 1 && path[0] === 'defaults') return Object.keys(DefaultsSchema.shape);
   if (path.length === 2 && path[0] === 'tasks') return Object.keys(TaskSchema.shape);
+  if (path.length === 3 && path[0] === 'tasks' && path[2] === 'block') {
+    return Object.keys(BlockSchema.shape);
+  }
+  if (path.length === 5 && path[0] === 'tasks' && path[2] === 'block' && path[3] === 'fields') {
+    return Object.keys(BlockFieldSchema.shape);
+  }
   if (path.length === 4 && path[0] === 'tasks' && path[2] === 'services') {
     return Object.keys(ServiceSchema.shape);
   }

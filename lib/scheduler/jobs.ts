@@ -9,6 +9,7 @@ import {
 import { NotFoundError } from '../errors.ts';
 import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
+import { noteBlockedTx } from './block.ts';
 import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { followUpAfterCommit, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
@@ -33,6 +34,10 @@ export interface NewJob {
   /** Why the job is trusted or not, in words. */
   trustReason?: string | null;
   rerunOf?: string | null;
+  /** What a manual or scheduled run was given for the pipeline's `inputs:` (checked when it compiles). */
+  inputs?: Record<string, unknown> | null;
+  /** The schedule that fired the job. */
+  scheduleName?: string | null;
 }
 
 export interface CreatedJob {
@@ -71,7 +76,13 @@ async function seenBefore(db: Queryable, input: NewJob): Promise<JobRow | undefi
 }
 
 function supersedes(job: NewJob): boolean {
-  return job.trigger !== 'rerun' && job.trigger !== 'tag' && !job.ref.startsWith('refs/tags/');
+  // A scheduled run (a nightly build) never cancels the pushes of its branch.
+  return (
+    job.trigger !== 'rerun' &&
+    job.trigger !== 'tag' &&
+    job.trigger !== 'schedule' &&
+    !job.ref.startsWith('refs/tags/')
+  );
 }
 
 /**
@@ -134,7 +145,14 @@ export async function createJobTx(
       (input.blocked ?? false) && !input.trusted,
     ],
   );
-  const job = rows[0]!;
+  let job = rows[0]!;
+  if (input.inputs || input.scheduleName) {
+    const given = await tx.query<JobRow>(
+      'update jobs set inputs = $2::jsonb, schedule_name = $3 where id = $1 returning *',
+      [job.id, input.inputs ? JSON.stringify(input.inputs) : null, input.scheduleName ?? null],
+    );
+    job = given.rows[0]!;
+  }
   // Held back a few seconds: a compile that starts the job at once replaces
   // it with "running", and the forge sees one status, not two. A blocked
   // job's is posted at once: nothing follows it by itself.
@@ -249,6 +267,8 @@ export async function insertTasksTx(
     allow_failure: s.allowFailure,
     fail_fast: s.failFast ?? false,
     services: s.services ?? [],
+    block: s.block ?? null,
+    path_skipped: s.pathSkipped ?? null,
     max_attempts: s.maxAttempts,
     timeout_s: s.timeoutS,
     queue_timeout_s: s.queueTimeoutS,
@@ -265,23 +285,48 @@ export async function insertTasksTx(
     `insert into tasks (job_id, job_created_at, trusted, position, name, base_name, matrix, image,
                         script, env, labels, needs, secrets, outputs, allow_failure, max_attempts,
                         timeout_s, queue_timeout_s, state, queued_at, attempt, exit_code,
-                        copied_from, started_at, finished_at, fail_fast, services)
+                        copied_from, started_at, finished_at, fail_fast, services, block,
+                        path_skipped, error, blocked_at, block_deadline)
      select $1, $2, $4, r.position, r.name, r.base_name, r.matrix, r.image, r.script,
             r.env, r.labels, r.needs, r.secrets, r.outputs, r.allow_failure, r.max_attempts,
-            r.timeout_s, r.queue_timeout_s,
-            case when r.kept_from is not null then 'success'
-                 when cardinality(r.needs) = 0 then 'queued' else 'waiting' end,
-            case when r.kept_from is null and cardinality(r.needs) = 0 then now() end,
+            r.timeout_s, r.queue_timeout_s, s.state,
+            case when s.state = 'queued' then now() end,
             coalesce(r.kept_attempt, 0), r.kept_exit_code, r.kept_from,
-            r.kept_started_at, r.kept_finished_at, r.fail_fast, r.services
+            r.kept_started_at,
+            case when s.state = 'skipped' then now() else r.kept_finished_at end,
+            r.fail_fast, r.services, nullif(r.block, 'null'::jsonb),
+            r.path_skipped is not null, r.path_skipped,
+            case when s.state = 'blocked' then now() end,
+            case when s.state = 'blocked'
+                 then now() + make_interval(secs => (r.block ->> 'timeoutS')::int) end
        from jsonb_to_recordset($3::jsonb) as r (
               position int, name text, base_name text, matrix jsonb, image text, script text[],
               env jsonb, labels text[], needs text[], secrets text[], outputs text[],
               allow_failure boolean, max_attempts int, timeout_s int, queue_timeout_s int,
               kept_from uuid, kept_attempt int, kept_exit_code int, kept_started_at timestamptz,
-              kept_finished_at timestamptz, fail_fast boolean, services jsonb)`,
+              kept_finished_at timestamptz, fail_fast boolean, services jsonb, block jsonb,
+              path_skipped text)
+       -- A task its changes: filter left out is stored skipped with the reason
+       -- (path_skipped), and a block step with nothing to wait for starts blocked.
+       cross join lateral (
+              select case when r.kept_from is not null then 'success'
+                          when r.path_skipped is not null then 'skipped'
+                          when cardinality(r.needs) > 0 then 'waiting'
+                          when r.block is not null and r.block <> 'null'::jsonb then 'blocked'
+                          else 'queued' end as state) s`,
     [job.id, job.created_at, JSON.stringify(records), job.trusted],
   );
+  // `when:` (migrations/012), for the tasks that say something other than
+  // the default; before anything below skips what a failure reaches.
+  const conditional = specs.filter((s) => s.when !== undefined && s.when !== 'on_success');
+  if (conditional.length > 0) {
+    await tx.query(
+      `update tasks t set run_when = w.run_when
+         from jsonb_to_recordset($2::jsonb) as w (name text, run_when text)
+        where t.job_id = $1 and t.name = w.name`,
+      [job.id, JSON.stringify(conditional.map((s) => ({ name: s.name, run_when: s.when })))],
+    );
+  }
   await tx.query(
     `insert into task_needs (task_id, need_id)
      select c.id, p.id
@@ -326,7 +371,18 @@ export async function insertTasksTx(
   for (const row of missing.rows) {
     if (!row.allow_failure) await skipReachable(tx, [row.id], `skipped: ${row.name} failed`);
   }
+  // What needs a task left out by its changes: filter does not run either,
+  // as for any skipped need.
+  for (const spec of specs) {
+    if (spec.pathSkipped === undefined) continue;
+    const { rows } = await tx.query<{ id: string }>(
+      'select id from tasks where job_id = $1 and name = $2',
+      [job.id, spec.name],
+    );
+    if (rows[0]) await skipReachable(tx, [rows[0].id], `skipped: ${spec.name} did not run`);
+  }
 }
+
 
 export interface StartResult {
   /** False when the job was no longer pending (a second compile of the same job). */
@@ -343,7 +399,7 @@ export interface StartResult {
 export async function startJob(
   pool: Pool,
   jobId: string,
-  pipeline: { name: string | null; tasks: TaskSpec[] },
+  pipeline: { name: string | null; tasks: TaskSpec[]; inputs?: unknown[] },
 ): Promise<StartResult> {
   const started = await transaction(pool, async (tx) => {
     // FOR UPDATE: a second compile blocks here, then raises 40001 once the
@@ -359,8 +415,15 @@ export async function startJob(
         where id = $1`,
       [jobId, pipeline.name],
     );
+    if (pipeline.inputs?.length) {
+      await tx.query('update jobs set declared_inputs = $2::jsonb where id = $1', [
+        jobId,
+        JSON.stringify(pipeline.inputs),
+      ]);
+    }
     const n = pipeline.tasks.length;
     await enqueueStatus(tx, jobId, 'pending', `running ${n} task${n === 1 ? '' : 's'}`);
+    await noteBlockedTx(tx, jobId);
     return { started: true, state: 'running' as JobState };
   });
   if (!started.started) return { ...started, jobState: null };

@@ -7,10 +7,16 @@
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { log } from '../log.ts';
 import { describeBytes } from '../pipeline/limits.ts';
-import type { JobState } from '../states.ts';
+import type { JobState, TaskRunWhen } from '../states.ts';
+import { noteBlockedTx } from './block.ts';
 import { MAX_INHERITED_OUTPUT_BYTES } from './outputs.ts';
 
-/** Skips every waiting or queued task reachable from `fromIds`; returns how many. */
+/**
+ * Skips every waiting or queued task reachable from `fromIds`; returns how
+ * many. The walk stops at a task whose `when:` is always or on_failure: it
+ * runs (or is skipped) once its needs are final, and its own outcome decides
+ * for what follows it.
+ */
 export async function skipReachable(
   tx: Queryable,
   fromIds: string[],
@@ -19,9 +25,12 @@ export async function skipReachable(
   if (fromIds.length === 0) return 0;
   const { rowCount } = await tx.query(
     `with recursive reach (id) as (
-       select n.task_id from task_needs n where n.need_id = any($1::uuid[])
+       select n.task_id from task_needs n join tasks c on c.id = n.task_id
+        where n.need_id = any($1::uuid[]) and c.run_when = 'on_success'
        union
        select n.task_id from task_needs n join reach r on n.need_id = r.id
+         join tasks c on c.id = n.task_id
+        where c.run_when = 'on_success'
      )
      update tasks t
         set state = 'skipped', finished_at = now(), error = $2
@@ -69,8 +78,21 @@ export async function promoteReady(
     blocked_by: string | null;
     missing: string | null;
     inherits: boolean;
+    run_when: TaskRunWhen;
+    failed_upstream: boolean | null;
   }>(
-    `select w.id, w.name,
+    // `when: on_failure` asks whether anything it needs, directly or through
+    // other tasks, failed (allow_failure excepted): a test skipped because
+    // the build failed still counts the build.
+    `select w.id, w.name, w.run_when,
+            case when w.run_when = 'on_failure' then exists (
+              with recursive up (id) as (
+                select n.need_id from task_needs n where n.task_id = w.id
+                union
+                select n.need_id from task_needs n join up u on n.task_id = u.id
+              )
+              select 1 from up join tasks p on p.id = up.id
+               where p.state = 'failed' and not p.allow_failure) end as failed_upstream,
             (select string_agg(p.name, ', ' order by p.position)
                from task_needs n join tasks p on p.id = n.need_id
               where n.task_id = w.id
@@ -90,7 +112,7 @@ export async function promoteReady(
               select 1 from task_needs n
                where n.task_id = w.id
                  and (select p.state from tasks p where p.id = n.need_id)
-                     in ('waiting', 'queued', 'running'))
+                     in ('waiting', 'queued', 'running', 'blocked'))
       order by w.position`,
     parentId === undefined ? [jobId] : [jobId, parentId],
   );
@@ -104,16 +126,28 @@ export async function promoteReady(
   const ready: string[] = [];
   const inheriting: string[] = [];
   for (const row of rows) {
-    if (row.blocked_by !== null) {
+    // `when:`: always runs whatever its needs ended as; on_failure only after
+    // a failure upstream; on_success (the default) only after their success.
+    const skip =
+      row.run_when === 'always'
+        ? null
+        : row.run_when === 'on_failure'
+          ? row.failed_upstream
+            ? null
+            : 'skipped: nothing it needs failed (when: on_failure)'
+          : row.blocked_by !== null
+            ? `skipped: ${row.blocked_by} did not succeed`
+            : null;
+    if (skip !== null) {
       // Normally skipped already by the failure itself; this catches the rest.
       const { rowCount } = await tx.query(
         `update tasks set state = 'skipped', finished_at = now(), error = $2
           where id = $1 and state = 'waiting'`,
-        [row.id, `skipped: ${row.blocked_by} did not succeed`],
+        [row.id, skip],
       );
       result.skipped += rowCount ?? 0;
       result.skipped += await skipReachable(tx, [row.id], `skipped: ${row.name} did not run`);
-    } else if (row.missing !== null) {
+    } else if (row.missing !== null && row.run_when === 'on_success') {
       const { rowCount } = await tx.query(
         `update tasks set state = 'failed', finished_at = now(), error = $2
           where id = $1 and state = 'waiting'`,
@@ -142,12 +176,21 @@ export async function promoteReady(
     // Conditional on 'waiting': when two follow-ups race to promote the same
     // child, the loser's UPDATE hits the winner's commit (40001), retries, and
     // finds nothing left to promote.
-    const { rowCount } = await tx.query(
-      `update tasks set state = 'queued', queued_at = now()
-        where id = any($1::uuid[]) and state = 'waiting'`,
+    // A block step goes to `blocked` instead, holding no runner until it is
+    // unblocked or its deadline passes (migrations/013).
+    const { rows: moved } = await tx.query<{ state: string }>(
+      `update tasks
+          set state = case when block is null then 'queued' else 'blocked' end,
+              queued_at = case when block is null then now() end,
+              blocked_at = case when block is null then null else now() end,
+              block_deadline = case when block is null then null
+                                    else now() + make_interval(secs => (block ->> 'timeoutS')::int) end
+        where id = any($1::uuid[]) and state = 'waiting'
+        returning state`,
       [ready],
     );
-    result.promoted += rowCount ?? 0;
+    result.promoted += moved.length;
+    if (moved.some((row) => row.state === 'blocked')) await noteBlockedTx(tx, jobId);
   }
   return result;
 }
@@ -238,7 +281,7 @@ export async function stopSiblings(
                          else format('cancelled: %s failed (fail_fast)', f.name) end
        from failed f
       where s.job_id = $1 and s.base_name = f.base_name and s.id <> f.id
-        and s.state in ('waiting', 'queued', 'running')
+        and s.state in ('waiting', 'queued', 'running', 'blocked')
         and not (s.state = 'running' and s.cancel_requested)
       returning s.id, s.name, s.state`,
     [jobId, failedId ?? null],
@@ -323,9 +366,20 @@ export async function settleJobAfterCommit(pool: Pool, jobId: string): Promise<J
 // A failed fail_fast expansion with siblings to stop (conductor_fail_fast_due,
 // migrations/009) goes to the transaction too: its siblings are unfinished,
 // so this settle found nothing to do.
+// A waiting task with `when: always` or `on_failure` whose needs are all
+// final may sit past a skipped task, out of this walk of the finished task's
+// children: `conditional` (the partial index tasks_waiting_conditional,
+// migrations/012) sends the job to a promotion of all its waiting tasks.
 const FOLLOW_UP = `
   select conductor_settle($1::uuid) as job_state, conductor_child_ready($2::uuid) as promote,
-         conductor_fail_fast_due($2::uuid) as fail_fast`;
+         conductor_fail_fast_due($2::uuid) as fail_fast,
+         exists (select 1 from tasks c
+                  where c.job_id = $1::uuid and c.state = 'waiting' and c.run_when <> 'on_success'
+                    and not exists (
+                          select 1 from task_needs n join tasks p on p.id = n.need_id
+                           where n.task_id = c.id
+                             and p.state in ('waiting', 'queued', 'running', 'blocked'))
+               ) as conditional`;
 
 const NOTHING: FollowUpResult = { promoted: 0, failed: 0, skipped: 0, jobState: null };
 
@@ -346,7 +400,9 @@ export async function followUpAfterCommit(
         job_state: JobState | null;
         promote: boolean;
         fail_fast: boolean;
+        conditional: boolean;
       }>(pool, prepared('conductor_follow_up', FOLLOW_UP, [jobId, parentId]));
+      if (row?.conditional) return await followUp(pool, jobId);
       if (!row?.promote && !row?.fail_fast) {
         return { ...NOTHING, jobState: row?.job_state ?? null };
       }

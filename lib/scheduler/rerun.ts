@@ -1,6 +1,7 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import { FINISHED_JOB_STATES, type JobState } from '../states.ts';
+import { noteBlockedTx } from './block.ts';
 import { createJobTx, getJob, insertTasksTx } from './jobs.ts';
 import { enqueueStatus } from './outbox.ts';
 import { followUpAfterCommit } from './progress.ts';
@@ -69,11 +70,15 @@ export async function rerunJob(
         secrets: t.secrets,
         outputs: t.outputs,
         allowFailure: t.allow_failure,
+        when: t.run_when,
         maxAttempts: t.max_attempts,
         timeoutS: t.timeout_s,
         queueTimeoutS: t.queue_timeout_s,
         failFast: t.fail_fast,
         services: t.services,
+        block: t.block,
+        // The first job's changes: decision stands: the files of the commit did not change.
+        pathSkipped: t.path_skipped ? (t.error ?? 'no changed file matches') : undefined,
         position: t.position,
         kept:
           failedOnly && t.state === 'success'
@@ -87,6 +92,13 @@ export async function rerunJob(
             : undefined,
       }));
       await insertTasksTx(tx, job, specs);
+      // What the first job's changes: decision was made from, shown on the new one's page.
+      await tx.query(
+        `update jobs n set diff_base = o.diff_base, diff_files = o.diff_files,
+                           diff_count = o.diff_count, diff_note = o.diff_note
+           from jobs o where n.id = $1 and o.id = $2`,
+        [job.id, old.id],
+      );
       const started = await tx.query<JobRow>(
         `update jobs set state = 'running', started_at = now(), pipeline_name = $2
         where id = $1 returning *`,
@@ -99,6 +111,7 @@ export async function rerunJob(
         'pending',
         `running ${n} task${n === 1 ? '' : 's'} (a rerun)`,
       );
+      await noteBlockedTx(tx, job.id);
       return { job: started.rows[0]!, dispatch: false };
     },
     // REPEATABLE READ with immediate retries, as every job creation

@@ -1,5 +1,5 @@
-import type { CompiledService, CompiledTask } from '../pipeline/index.ts';
-import type { AttemptOutcome, JobState, JobTrigger, TaskState } from '../states.ts';
+import type { CompiledBlock, CompiledService, CompiledTask } from '../pipeline/index.ts';
+import type { AttemptOutcome, JobState, JobTrigger, TaskRunWhen, TaskState } from '../states.ts';
 
 /** A job as stored; field names are the API's. */
 export interface JobRow {
@@ -23,7 +23,26 @@ export interface JobRow {
   /** When an admin let a blocked job go on. */
   approved_at: Date | null;
   rerun_of: string | null;
+  /** A push's commit before it (all zeros when it made the branch); null for other triggers (migrations/013). */
+  push_before: string | null;
+  push_forced: boolean;
+  push_created: boolean;
+  /** Files the push payload's commits list, when that list is complete; else null. */
+  payload_files: string[] | null;
+  /** What the changes: filters were decided on: `before..after`, `base...head`, or null when unknown. */
+  diff_base: string | null;
+  /** The first 100 changed files. */
+  diff_files: string[] | null;
+  diff_count: number | null;
+  /** Why the diff is unknown (every task ran), or where the file list came from. */
+  diff_note: string | null;
   pipeline_name: string | null;
+  /** What a manual or scheduled run was given for `inputs:` (migrations/012). */
+  inputs: Record<string, unknown> | null;
+  /** The schedule that fired the job. */
+  schedule_name: string | null;
+  /** The inputs the pipeline declared as the job compiled it (the Run form's fields). */
+  declared_inputs: unknown[] | null;
   error: string | null;
   errors: JobErrorEntry[] | null;
   compile_attempts: number;
@@ -64,6 +83,8 @@ export interface TaskRow {
   worker_id: string | null;
   lease_expires_at: Date | null;
   allow_failure: boolean;
+  /** `when:` (migrations/012). */
+  run_when: TaskRunWhen;
   timeout_s: number;
   /** How long the task may wait queued before it fails for want of a worker (migrations/005). */
   queue_timeout_s: number;
@@ -71,6 +92,16 @@ export interface TaskRow {
   fail_fast: boolean;
   /** The service containers to start beside the script (migrations/010). */
   services: CompiledService[];
+  /** A block step's prompt and fields; null for a task with a script (migrations/013). */
+  block: CompiledBlock | null;
+  blocked_at: Date | null;
+  /** When a blocked task ends as its on_timeout says (the sweep). */
+  block_deadline: Date | null;
+  /** Who unblocked it (`admin`, or a signed-in person), and when. */
+  unblocked_by: string | null;
+  unblocked_at: Date | null;
+  /** Left out by its changes: filter; a rerun leaves it out again. */
+  path_skipped: boolean;
   cancel_requested: boolean;
   exit_code: number | null;
   error: string | null;
@@ -108,6 +139,8 @@ export interface TaskSpec extends CompiledTask {
     startedAt: Date | null;
     finishedAt: Date | null;
   };
+  /** Stored skipped with this reason (its changes: matched no changed file; migrations/013). */
+  pathSkipped?: string;
 }
 
 /** Scheduler settings; every field has a default. */
