@@ -22,7 +22,12 @@ export type GraphTask = Pick<
   | 'error'
   | 'started_at'
   | 'finished_at'
-> & { queue_reason?: string | null; copied_from?: string | null };
+> & {
+  queue_reason?: string | null;
+  copied_from?: string | null;
+  block?: { prompt: string } | null;
+  unblocked_by?: string | null;
+};
 
 const NODE_W = 236;
 const NODE_H = 58;
@@ -48,9 +53,13 @@ export function taskLines(task: GraphTask, now = Date.now()): { status: string; 
   const why =
     task.state === 'queued'
       ? task.queue_reason
-      : task.state === 'success' || task.state === 'running'
-        ? null
-        : task.error;
+      : task.state === 'blocked'
+        ? `waiting for approval: ${task.block?.prompt ?? ''}`
+        : task.state === 'success' && task.unblocked_by
+          ? `unblocked by ${task.unblocked_by}`
+          : task.state === 'success' || task.state === 'running'
+            ? null
+            : task.error;
   const note = [
     task.allow_failure ? 'allowed to fail' : '',
     task.copied_from ? 'kept from the earlier job' : '',

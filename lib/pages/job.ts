@@ -135,6 +135,47 @@ function actionForm(jobId: string, csrf: string, action: string, label: string, 
   return html`<form method="post" action="/jobs/${jobId}/${action}"><input type="hidden" name="csrf" value="${csrf}">${extra ? html`<input type="hidden" name="failed_only" value="${extra}">` : ''}<button type="submit"${action === 'cancel' ? new Html(' class="danger"') : ''}>${label}</button></form>`;
 }
 
+/** Most changed files the page lists; the rest are counted. */
+const SHOWN_FILES = 100;
+
+/** What the changes: filters were decided on: the diff base and the changed files, or why it is unknown. */
+function changesSection(job: JobView): Html {
+  if (job.diff_base === null && job.diff_note === null) return html``;
+  const files = job.diff_files ?? [];
+  const count = job.diff_count ?? files.length;
+  const more = count - Math.min(files.length, SHOWN_FILES);
+  return html`<section id="changes" aria-label="changed files"><h2>Changed files</h2>
+${job.diff_base === null ? html`<p class="card" data-diff-unknown>The diff is unknown, so every task ran: ${job.diff_note ?? ''}</p>` : html`<p>Diff <code data-diff-base>${job.diff_base}</code>: ${count} file${count === 1 ? '' : 's'} changed${job.diff_note ? ` (${job.diff_note})` : ''}.</p>`}
+${files.length ? html`<ul class="mono" data-diff-files>${files.slice(0, SHOWN_FILES).map((f) => html`<li>${f}</li>`)}</ul>` : ''}
+${more > 0 ? html`<p class="muted" data-diff-more>and ${more} more</p>` : ''}</section>`;
+}
+
+/** Each block step: its prompt, the form to unblock it (signed in), or who unblocked it and when. */
+function blockSection(job: JobView, tasks: TaskView[], viewer: Viewer, now: number): Html {
+  const blocks = tasks.filter((t) => t.block && (t.state === 'blocked' || t.unblocked_by));
+  if (blocks.length === 0) return html``;
+  const parts = blocks.map((t) => {
+    const block = t.block!;
+    if (t.state !== 'blocked') {
+      return html`<p class="card" data-unblocked="${t.name}"><strong>${t.name}</strong>: ${block.prompt}: unblocked by <span data-unblocked-by>${t.unblocked_by ?? ''}</span> ${timeEl(t.unblocked_at, now)}</p>`;
+    }
+    const inputs = block.fields.map((f) => {
+      const id = `f-${t.id}-${f.name}`;
+      const control =
+        f.type === 'select'
+          ? html`<select id="${id}" name="field.${f.name}"${f.required ? new Html(' required') : ''}>${f.required ? '' : html`<option value=""></option>`}${(f.options ?? []).map((o) => html`<option value="${o}">${o}</option>`)}</select>`
+          : html`<input id="${id}" type="text" name="field.${f.name}"${f.required ? new Html(' required') : ''}>`;
+      return html`<label for="${id}">${f.name}${f.required ? ' (required)' : ''}</label> ${control}`;
+    });
+    const form =
+      viewer.signedIn && viewer.csrf
+        ? html`<form method="post" action="/jobs/${job.id}/tasks/${encodeURIComponent(t.name)}/unblock" data-unblock="${t.name}"><input type="hidden" name="csrf" value="${viewer.csrf}">${inputs}<button type="submit">Unblock</button></form>`
+        : html`<p class="muted">Sign in to unblock it.</p>`;
+    return html`<div class="card" data-blocked="${t.name}"><p><strong>${t.name}</strong> waits: <span data-prompt>${block.prompt}</span> (until ${timeEl(t.block_deadline, now)}, then ${block.onTimeout === 'skip' ? 'skipped' : 'failed'})</p>${form}</div>`;
+  });
+  return html`<section id="blocks" aria-label="block steps"><h2>Waiting for approval</h2>${parts}</section>`;
+}
+
 /** The forms a signed-in person may use on the job as it is now. */
 function actions(job: JobView, tasks: GraphTask[], viewer: Viewer): Html {
   if (!viewer.signedIn || !viewer.csrf) return html``;
@@ -250,6 +291,8 @@ export async function renderJobPage(
   const body = html`<nav class="muted"><a href="/projects/${encodeURIComponent(project.id)}">${project.name}</a> / job #${job.number} · <code>${shortRef(job.ref)}</code></nav>
 <div id="job-head">${header(job, project, rerunOf, now)}</div>
 <div class="actions" id="job-actions">${actions(job, tasks, viewer)}</div>
+${blockSection(job, tasks, viewer, now)}
+${changesSection(job)}
 <h2>Tasks</h2>
 ${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${taskHref(t.id, viewer)}#log`, open: open?.id, now })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
 ${panel}

@@ -92,7 +92,7 @@ export async function stopTasksOfFinishedJobsTx(
        from jobs j
       where t.job_id = any($1::uuid[]) and j.id = t.job_id
         and j.state in ('success', 'failed', 'cancelled')
-        and t.state in ('waiting', 'queued', 'running')
+        and t.state in ('waiting', 'queued', 'running', 'blocked')
         and not (t.state = 'running' and t.cancel_requested)`,
     [jobIds, error],
   );

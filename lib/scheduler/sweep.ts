@@ -8,6 +8,7 @@ import { formatDuration } from '../duration.ts';
 import { log } from '../log.ts';
 import type { TaskState } from '../states.ts';
 import { endAttemptTx } from './attempt.ts';
+import { timeOutBlock } from './block.ts';
 import { stopTasksOfFinishedJobsTx } from './cancel.ts';
 import { enqueueStatus } from './outbox.ts';
 import { followUp, skipReachable } from './progress.ts';
@@ -64,6 +65,8 @@ export interface SweepSummary {
   tasks_timed_out: number;
   /** Queued tasks no worker claimed within their queue_timeout, failed. */
   tasks_queue_timed_out: number;
+  /** Blocked tasks nobody unblocked before their deadline, ended as their on_timeout says. */
+  tasks_block_timed_out: number;
   tasks_promoted: number;
   tasks_skipped: number;
   /** Unfinished tasks found in a finished job (a backstop that should stay 0). */
@@ -247,6 +250,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     tasks_failed: 0,
     tasks_timed_out: 0,
     tasks_queue_timed_out: 0,
+    tasks_block_timed_out: 0,
     tasks_promoted: 0,
     tasks_skipped: 0,
     tasks_cancelled: 0,
@@ -379,6 +383,27 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     jobsToFollow.add(repair.jobId);
   });
 
+  // Block steps nobody unblocked in time (lib/scheduler/block.ts), on
+  // tasks_block_deadline: blocks still within their time cost nothing.
+  const blocks = await find<{ id: string }>(
+    'block timeouts',
+    `select id from tasks where state = 'blocked' and block_deadline < now()
+      order by block_deadline limit $1`,
+    [batch],
+  );
+  if (opts.dryRun) {
+    summary.tasks_block_timed_out = blocks.rows.length;
+    blocks.rows = [];
+  }
+  await each(blocks.rows, 'ending a block past its deadline', async (row) => {
+    const ended = await timeOutBlock(pool, row.id, lockTimeoutMs);
+    if (!ended) return;
+    summary.tasks_block_timed_out++;
+    if (ended.failed) summary.tasks_failed++;
+    summary.tasks_skipped += ended.skipped + (ended.failed ? 0 : 1);
+    jobsToFollow.add(ended.jobId);
+  });
+
   // Ready waiting tasks and running jobs with nothing left: a follow-up that
   // never ran (a crash between the outcome's commit and the follow-up).
   const stalled = await find<{ job_id: string }>(
@@ -388,7 +413,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
        where w.state = 'waiting'
          and not exists (
                select 1 from task_needs n join tasks p on p.id = n.need_id
-                where n.task_id = w.id and p.state in ('waiting', 'queued', 'running'))
+                where n.task_id = w.id and p.state in ('waiting', 'queued', 'running', 'blocked'))
        limit $1)
      union
      (select j.id
@@ -396,7 +421,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
        where j.state = 'running'
          and not exists (
                select 1 from tasks t
-                where t.job_id = j.id and t.state in ('waiting', 'queued', 'running'))
+                where t.job_id = j.id and t.state in ('waiting', 'queued', 'running', 'blocked'))
        limit $1)`,
     [batch],
   );
@@ -421,7 +446,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     'orphans',
     `select distinct t.job_id
        from tasks t join jobs j on j.id = t.job_id
-      where t.state in ('waiting', 'queued', 'running')
+      where t.state in ('waiting', 'queued', 'running', 'blocked')
         and j.state in ('success', 'failed', 'cancelled')
         and not (t.state = 'running' and t.cancel_requested)
       limit $1`,

@@ -2,16 +2,25 @@
 // TaskView): the scheduler's rows, read.
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import type { CompiledBlock } from '../pipeline/index.ts';
 import type { JobRow } from './types.ts';
 
 export type JobView = Omit<
   JobRow,
-  'delivery_id' | 'body_sha256' | 'confirm_writers' | 'compile_attempts' | 'dispatched_at'
+  | 'delivery_id'
+  | 'body_sha256'
+  | 'confirm_writers'
+  | 'compile_attempts'
+  | 'dispatched_at'
+  | 'push_before'
+  | 'push_forced'
+  | 'push_created'
+  | 'payload_files'
 >;
 
 const JOB_VIEW = `id, project_id, number, state, trigger, ref, sha, base_ref, pull_request, trusted,
   trust_reason, approved_at, rerun_of, pipeline_name, error, errors, created_at, started_at,
-  finished_at`;
+  finished_at, diff_base, diff_files, diff_count, diff_note`;
 
 export interface TaskView {
   id: string;
@@ -34,6 +43,12 @@ export interface TaskView {
    * its pool (trusted or untrusted) has its labels. Null otherwise.
    */
   queue_reason: string | null;
+  /** A block step's prompt and fields (migrations/013); null for a task with a script. */
+  block: CompiledBlock | null;
+  blocked_at: Date | null;
+  block_deadline: Date | null;
+  unblocked_by: string | null;
+  unblocked_at: Date | null;
   started_at: Date | null;
   finished_at: Date | null;
 }
@@ -92,7 +107,8 @@ export async function getJobView(
   const { rows } = await db.query<TaskView>(
     `select t.id, t.name, t.base_name, t.matrix, t.state, t.needs, t.labels, t.image, t.attempt,
             t.max_attempts, t.allow_failure, t.exit_code, t.error, t.copied_from,
-            t.started_at, t.finished_at,
+            t.started_at, t.finished_at, t.block, t.blocked_at, t.block_deadline,
+            t.unblocked_by, t.unblocked_at,
             coalesce((select jsonb_object_agg(o.name, o.value) from task_outputs o where o.task_id = t.id),
                      '{}'::jsonb) as outputs,
             ${QUEUE_REASON} as queue_reason

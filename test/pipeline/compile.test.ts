@@ -33,6 +33,8 @@ describe('compilePipeline', () => {
           allowFailure: false,
           failFast: false,
           services: [],
+          block: null,
+          changes: null,
           maxAttempts: 3,
           timeoutS: 3600,
           queueTimeoutS: 86_400,

@@ -28,6 +28,7 @@ const NOTHING: Readonly<SweepSummary> = {
   tasks_failed: 0,
   tasks_timed_out: 0,
   tasks_queue_timed_out: 0,
+  tasks_block_timed_out: 0,
   tasks_promoted: 0,
   tasks_skipped: 0,
   tasks_cancelled: 0,

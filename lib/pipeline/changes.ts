@@ -1,0 +1,80 @@
+// Changed-path filters (`changes:` on a task): which files a push or pull
+// request must change for the task to run. Pure: the file list is the app's to
+// find (lib/app/changes.ts); this module reads the syntax and matches.
+//
+// Paths are matched with picomatch (`*` stays within a directory, `**` crosses
+// them, dot files match like any other). Ref patterns (`only:`) keep their own
+// matcher in glob.ts: there `*` crosses `/` and nothing else is special, and
+// pipelines written for it must keep meaning what they meant.
+import picomatch from 'picomatch';
+import { z } from 'zod';
+import { describeValue, quote } from './messages.ts';
+
+/** Most patterns one task's `changes:` may list. */
+export const MAX_CHANGE_PATTERNS = 100;
+
+/** A task's changed-path filter as compiled: it runs when a changed file matches an include and no exclude. */
+export interface CompiledChanges {
+  include: string[];
+  exclude: string[];
+}
+
+const PatternSchema = z
+  .string()
+  .min(1, 'a path pattern must not be empty')
+  .max(500, 'a path pattern must be at most 500 characters')
+  .refine((pattern) => pattern !== '!', 'a path pattern must not be "!" alone');
+
+const PatternListSchema = z
+  .array(PatternSchema)
+  .max(MAX_CHANGE_PATTERNS, `must list at most ${MAX_CHANGE_PATTERNS} patterns`);
+
+/** `changes: ["src/**", "!src/**\/*.md"]` or `changes: {include: [...], exclude: [...]}`. */
+export const ChangesSchema = z
+  .union(
+    [
+      PatternListSchema.min(1, 'must list at least one path pattern'),
+      z.strictObject({
+        include: PatternListSchema.min(1, 'must list at least one path pattern').optional(),
+        exclude: PatternListSchema.optional(),
+      }),
+    ],
+    {
+      error: (issue) =>
+        issue.input === undefined
+          ? undefined
+          : `expected a list of path patterns or a map of include and exclude, got ${describeValue(issue.input)}`,
+    },
+  )
+  .transform((changes): CompiledChanges => {
+    if (Array.isArray(changes)) {
+      const include = changes.filter((p) => !p.startsWith('!'));
+      const exclude = changes.filter((p) => p.startsWith('!')).map((p) => p.slice(1));
+      return { include: include.length > 0 ? include : ['**'], exclude };
+    }
+    return { include: changes.include ?? ['**'], exclude: changes.exclude ?? [] };
+  });
+
+const OPTIONS = { dot: true } as const;
+
+/** Tells whether a file list makes a task with this filter run: some file matches an include and no exclude. */
+export function changesMatch(changes: CompiledChanges, files: readonly string[]): boolean {
+  const include = picomatch(changes.include, OPTIONS);
+  const exclude = changes.exclude.length > 0 ? picomatch(changes.exclude, OPTIONS) : null;
+  return files.some((file) => include(file) && !(exclude?.(file) ?? false));
+}
+
+/** Why a task with this filter was left out: `no changed file matches src/**` (excludes named too). */
+export function changesSkipReason(changes: CompiledChanges): string {
+  const shown = (list: string[]) =>
+    list.length <= 3
+      ? list.join(', ')
+      : `${list.slice(0, 3).join(', ')} (and ${list.length - 3} more)`;
+  const but = changes.exclude.length > 0 ? ` outside ${shown(changes.exclude)}` : '';
+  return `no changed file matches ${shown(changes.include)}${but}`;
+}
+
+/** The filter as written back for a message: `"src/**", "!docs/**"`. */
+export function describeChanges(changes: CompiledChanges): string {
+  return [...changes.include.map(quote), ...changes.exclude.map((p) => quote(`!${p}`))].join(', ');
+}
