@@ -1,4 +1,24 @@
 import { z } from 'zod';
+import {
+  ArtifactBeginSchema,
+  artifactDownloadUrl,
+  beginArtifact,
+  CommitSchema,
+  commitArtifact,
+  LeaseSchema,
+  listJobArtifacts,
+  neededArtifactsFor,
+} from '../lib/app/artifacts.ts';
+import { listProjectAudit } from '../lib/app/audit.ts';
+import {
+  CacheRestoreSchema,
+  CacheSaveSchema,
+  commitCache,
+  deleteProjectCache,
+  listProjectCaches,
+  restoreCache,
+  saveCache,
+} from '../lib/app/caches.ts';
 import { checkHealth } from '../lib/app/health.ts';
 import {
   approveBlockedJob,
@@ -22,13 +42,29 @@ import {
   SecretPutSchema,
   updateProject,
 } from '../lib/app/projects.ts';
+import { UnblockSchema, unblockJobTask } from '../lib/app/unblock.ts';
+import {
+  changeSchedule,
+  createSchedule,
+  projectSchedules,
+  removeSchedule,
+  ScheduleCreateSchema,
+  ScheduleUpdateSchema,
+} from '../lib/app/schedules.ts';
+import { ADMIN_BEARER, type Person, peopleGate } from '../lib/app/people.ts';
 import {
   getJobWithPage,
   listProjectJobs,
   MAX_LOG_PAGE_BYTES,
   readTaskLog,
 } from '../lib/app/views.ts';
-import { createWorker, listWorkers, revokeWorker, WorkerCreateSchema } from '../lib/app/workers.ts';
+import {
+  createWorker,
+  listWorkers,
+  requireWorker,
+  revokeWorker,
+  WorkerCreateSchema,
+} from '../lib/app/workers.ts';
 import { type AppContext, getContext } from '../lib/context.ts';
 import { NotFoundError } from '../lib/errors.ts';
 import { requireAdmin } from '../lib/http/auth.ts';
@@ -44,7 +80,7 @@ import {
 } from '../lib/http/index.ts';
 import { matchRoute } from '../lib/http/routes.ts';
 import { isLoopbackHost } from '../lib/pages/access.ts';
-import { type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
+import { idlePage, type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
 
 const JobListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20),
@@ -56,7 +92,13 @@ const LogQuery = z.object({
   limit: z.coerce.number().int().min(1).max(MAX_LOG_PAGE_BYTES).default(MAX_LOG_PAGE_BYTES),
 });
 
-type Route = (event: HttpEvent, ctx: AppContext) => Promise<Reply>;
+const AuditQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  before: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
+});
+
+/** An admin route; `by` is who acts (the admin token, or a page's signed-in person), for the audit. */
+type Route = (event: HttpEvent, ctx: AppContext, by?: Person) => Promise<Reply>;
 
 /**
  * Where this API's pages are: CONDUCTOR_PUBLIC_URL, else the host the
@@ -89,7 +131,7 @@ const routes: Record<string, Route> = {
     status: 200,
     body: { project: await getProject(ctx.pool, pathParam(event, 'id')) },
   }),
-  'PATCH /v1/projects/{id}': async (event, ctx) => ({
+  'PATCH /v1/projects/{id}': async (event, ctx, by) => ({
     status: 200,
     body: {
       project: await updateProject(
@@ -97,6 +139,7 @@ const routes: Record<string, Route> = {
         ctx.keyring,
         pathParam(event, 'id'),
         jsonBody(event, ProjectUpdateSchema),
+        by,
       ),
     },
   }),
@@ -104,17 +147,24 @@ const routes: Record<string, Route> = {
     await deleteProject(ctx.pool, pathParam(event, 'id'));
     return { status: 204 };
   },
-  'POST /v1/projects/{id}/webhook-secret': async (event, ctx) => ({
+  'POST /v1/projects/{id}/webhook-secret': async (event, ctx, by) => ({
     status: 200,
     body: {
-      webhook_secret: await rotateWebhookSecret(ctx.pool, ctx.keyring, pathParam(event, 'id')),
+      webhook_secret: await rotateWebhookSecret(ctx.pool, ctx.keyring, pathParam(event, 'id'), by),
     },
   }),
+  'GET /v1/projects/{id}/audit': async (event, ctx) => {
+    const { limit, before } = queryParams(event, AuditQuery);
+    return {
+      status: 200,
+      body: { events: await listProjectAudit(ctx.pool, pathParam(event, 'id'), limit, before) },
+    };
+  },
   'GET /v1/projects/{id}/secrets': async (event, ctx) => ({
     status: 200,
     body: { secrets: await listSecrets(ctx.pool, pathParam(event, 'id')) },
   }),
-  'PUT /v1/projects/{id}/secrets/{name}': async (event, ctx) => {
+  'PUT /v1/projects/{id}/secrets/{name}': async (event, ctx, by) => {
     const { value } = jsonBody(event, SecretPutSchema);
     const { warning } = await putSecret(
       ctx.pool,
@@ -122,11 +172,12 @@ const routes: Record<string, Route> = {
       pathParam(event, 'id'),
       pathParam(event, 'name'),
       value,
+      by,
     );
     return { status: 204, ...(warning ? { headers: { 'x-conductor-warning': warning } } : {}) };
   },
-  'DELETE /v1/projects/{id}/secrets/{name}': async (event, ctx) => {
-    await deleteSecret(ctx.pool, pathParam(event, 'id'), pathParam(event, 'name'));
+  'DELETE /v1/projects/{id}/secrets/{name}': async (event, ctx, by) => {
+    await deleteSecret(ctx.pool, pathParam(event, 'id'), pathParam(event, 'name'), by);
     return { status: 204 };
   },
   'GET /v1/projects/{id}/jobs': async (event, ctx) => {
@@ -151,17 +202,29 @@ const routes: Record<string, Route> = {
       pagesOrigin(event, ctx),
     ),
   }),
-  'POST /v1/jobs/{id}/cancel': async (event, ctx) => ({
+  'POST /v1/jobs/{id}/cancel': async (event, ctx, by) => ({
     status: 200,
-    body: { job: await cancelJobNow(ctx, idParam(event, 'id', 'job')) },
+    body: { job: await cancelJobNow(ctx, idParam(event, 'id', 'job'), by) },
   }),
-  'POST /v1/jobs/{id}/approve': async (event, ctx) => ({
+  'POST /v1/jobs/{id}/approve': async (event, ctx, by) => ({
     status: 200,
-    body: { job: await approveBlockedJob(ctx, idParam(event, 'id', 'job')) },
+    body: { job: await approveBlockedJob(ctx, idParam(event, 'id', 'job'), by) },
   }),
-  'POST /v1/jobs/{id}/rerun': async (event, ctx) => {
+  'POST /v1/jobs/{id}/tasks/{name}/unblock': async (event, ctx) => ({
+    status: 200,
+    body: {
+      task: await unblockJobTask(
+        ctx,
+        idParam(event, 'id', 'job'),
+        pathParam(event, 'name'),
+        jsonBody(event, UnblockSchema),
+        { via: 'token' },
+      ),
+    },
+  }),
+  'POST /v1/jobs/{id}/rerun': async (event, ctx, by) => {
     const { failed_only } = jsonBody(event, RerunSchema);
-    const job = await rerunFinishedJob(ctx, idParam(event, 'id', 'job'), failed_only);
+    const job = await rerunFinishedJob(ctx, idParam(event, 'id', 'job'), failed_only, by);
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {
@@ -180,20 +243,144 @@ const routes: Record<string, Route> = {
   },
   'POST /v1/workers': async (event, ctx) => ({
     status: 201,
-    body: await createWorker(ctx.pool, jsonBody(event, WorkerCreateSchema)),
+    body: await createWorker(ctx.pool, jsonBody(event, WorkerCreateSchema), ctx.gate),
   }),
   'GET /v1/workers': async (_event, ctx) => ({
     status: 200,
     body: { workers: await listWorkers(ctx.pool) },
   }),
   'DELETE /v1/workers/{id}': async (event, ctx) => {
-    await revokeWorker(ctx.pool, idParam(event, 'id', 'worker'));
+    await revokeWorker(ctx.pool, idParam(event, 'id', 'worker'), ctx.gate);
     return { status: 204 };
   },
 };
 
+// Artifacts and caches (docs/artifacts.md): the admin routes.
+const CacheDeleteQuery = z.object({ scope: z.string().min(1).max(1100).optional() });
+Object.assign(routes, {
+  'GET /v1/jobs/{id}/artifacts': async (event, ctx) => ({
+    status: 200,
+    body: await listJobArtifacts(ctx, idParam(event, 'id', 'job')),
+  }),
+  'GET /v1/artifacts/{id}': async (event, ctx) => ({
+    status: 302,
+    headers: {
+      location: await artifactDownloadUrl(ctx, idParam(event, 'id', 'artifact')),
+      'cache-control': 'no-store',
+    },
+  }),
+  'GET /v1/projects/{id}/caches': async (event, ctx) => ({
+    status: 200,
+    body: await listProjectCaches(ctx, pathParam(event, 'id')),
+  }),
+  'DELETE /v1/projects/{id}/caches/{key}': async (event, ctx) => {
+    const { scope } = queryParams(event, CacheDeleteQuery);
+    await deleteProjectCache(ctx, pathParam(event, 'id'), pathParam(event, 'key'), scope ?? null);
+    return { status: 204 };
+  },
+} satisfies Record<string, Route>);
+
+// Schedules (docs/schedules.md): the project's, by name.
+Object.assign(routes, {
+  'POST /v1/projects/{id}/schedules': async (event, ctx) => ({
+    status: 201,
+    body: {
+      schedule: await createSchedule(
+        ctx,
+        pathParam(event, 'id'),
+        jsonBody(event, ScheduleCreateSchema),
+      ),
+    },
+  }),
+  'GET /v1/projects/{id}/schedules': async (event, ctx) => ({
+    status: 200,
+    body: { schedules: await projectSchedules(ctx, pathParam(event, 'id')) },
+  }),
+  'PATCH /v1/projects/{id}/schedules/{name}': async (event, ctx) => ({
+    status: 200,
+    body: {
+      schedule: await changeSchedule(
+        ctx,
+        pathParam(event, 'id'),
+        pathParam(event, 'name'),
+        jsonBody(event, ScheduleUpdateSchema),
+      ),
+    },
+  }),
+  'DELETE /v1/projects/{id}/schedules/{name}': async (event, ctx) => {
+    await removeSchedule(ctx, pathParam(event, 'id'), pathParam(event, 'name'));
+    return { status: 204 };
+  },
+} satisfies Record<string, Route>);
+
+// The runner's artifact and cache routes: a worker token, and the lease the
+// body names (a 409 when it is not the current one), as heartbeat and complete.
+const runnerRoutes: Record<string, Route> = {
+  'POST /v1/runner/tasks/{id}/artifacts': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, ArtifactBeginSchema);
+    const taskId = idParam(event, 'id', 'task');
+    return { status: 200, body: await beginArtifact(ctx, worker.id, taskId, body) };
+  },
+  'POST /v1/runner/tasks/{id}/artifacts/{artifact}/commit': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, CommitSchema);
+    const id = idParam(event, 'id', 'task');
+    return {
+      status: 200,
+      body: await commitArtifact(ctx, worker.id, id, idParam(event, 'artifact', 'artifact'), body),
+    };
+  },
+  'POST /v1/runner/tasks/{id}/needs-artifacts': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const { lease_id } = jsonBody(event, LeaseSchema);
+    return {
+      status: 200,
+      body: await neededArtifactsFor(ctx, worker.id, idParam(event, 'id', 'task'), lease_id),
+    };
+  },
+  'POST /v1/runner/tasks/{id}/caches/restore': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, CacheRestoreSchema);
+    const taskId = idParam(event, 'id', 'task');
+    return { status: 200, body: await restoreCache(ctx, worker.id, taskId, body) };
+  },
+  'POST /v1/runner/tasks/{id}/caches/save': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, CacheSaveSchema);
+    const taskId = idParam(event, 'id', 'task');
+    return { status: 200, body: await saveCache(ctx, worker.id, taskId, body) };
+  },
+  'POST /v1/runner/tasks/{id}/caches/{cache}/commit': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, CommitSchema);
+    const id = idParam(event, 'id', 'task');
+    return {
+      status: 200,
+      body: await commitCache(ctx, worker.id, id, idParam(event, 'cache', 'cache entry'), body),
+    };
+  },
+};
+
 /** A page's form on a job goes through the admin route of the same name. */
-const jobAction: JobAction = (action, jobId, body, event, ctx) => {
+const jobAction: JobAction = async (action, jobId, body, event, ctx, by = ADMIN_BEARER) => {
+  if (action === 'unblock') {
+    // The page's session, not the admin token: the use case records who.
+    const task = await unblockJobTask(
+      ctx,
+      jobId,
+      String(body.task ?? ''),
+      UnblockSchema.parse({ fields: body.fields }),
+      { via: 'session' },
+    );
+    return { status: 200, body: { task } };
+  }
+  if (action === 'run') {
+    // The Run form: `jobId` is the project's id; the manual trigger's own route.
+    const run = routes['POST /v1/projects/{id}/jobs']!;
+    const json = { pathParameters: { id: jobId }, body: JSON.stringify(body) };
+    return run({ ...event, ...json, isBase64Encoded: false }, ctx, by);
+  }
   const route = routes[`POST /v1/jobs/{id}/${action}`];
   if (!route) throw new NotFoundError(`no ${action} for jobs`);
   const json = {
@@ -201,7 +388,7 @@ const jobAction: JobAction = (action, jobId, body, event, ctx) => {
     body: JSON.stringify(body),
     isBase64Encoded: false,
   };
-  return route({ ...event, ...json }, ctx);
+  return route({ ...event, ...json }, ctx, by);
 };
 
 /** Every admin route, the pages, the health check, and the JSON 404 for anything else (`$default`). */
@@ -215,13 +402,15 @@ async function main(event: HttpEvent): Promise<Reply> {
   event.pathParameters = { ...match.params, ...event.pathParameters };
   const key = `${match.route.method} ${match.route.path}`;
   const ctx = await getContext();
-  if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx.pool) };
+  if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx) };
   const pageRoute = PAGE_ROUTES[key];
-  if (pageRoute) return pageRoute(event, ctx, jobAction);
+  if (pageRoute) return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);
+  const runnerRoute = runnerRoutes[key];
+  if (runnerRoute) return runnerRoute(event, ctx);
   requireAdmin(event, ctx.adminToken);
   const route = routes[key];
   if (!route) throw new NotFoundError(`no route ${method} ${event.rawPath}`);
-  return route(event, ctx);
+  return route(event, ctx, ADMIN_BEARER);
 }
 
 export const handler = httpFunction(main);

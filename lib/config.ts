@@ -19,6 +19,19 @@ export const ConfigSchema = z.object({
   /** One or more keys (comma-separated, the first seals); unset locally: generated and kept. */
   CONDUCTOR_SECRET_KEY: z.string().min(1).optional(),
   CONDUCTOR_GITHUB_API_URL: z.string().url().default('https://api.github.com'),
+  /** Sign-in with GitHub (docs/deploy.md, "Sign-in"): the OAuth app's client id; unset, not offered. */
+  CONDUCTOR_GITHUB_CLIENT_ID: z.string().min(1).optional(),
+  /** Locally; deployed, `github_client_secret` in the app secret. */
+  CONDUCTOR_GITHUB_CLIENT_SECRET: z.string().min(1).optional(),
+  /** Where GitHub's /login/oauth/authorize and /login/oauth/access_token are (GitHub Enterprise: its URL). */
+  CONDUCTOR_GITHUB_OAUTH_URL: z.string().url().default('https://github.com'),
+  /** Sign-in with Gitea or Forgejo: the instance's base URL, and its OAuth2 application's client id. */
+  CONDUCTOR_GITEA_URL: z.string().url().optional(),
+  CONDUCTOR_GITEA_CLIENT_ID: z.string().min(1).optional(),
+  /** Locally; deployed, `gitea_client_secret` in the app secret. */
+  CONDUCTOR_GITEA_CLIENT_SECRET: z.string().min(1).optional(),
+  /** How long a sign-in or a permission question waits for the forge before "try again". */
+  CONDUCTOR_SIGNIN_TIMEOUT_MS: positiveInt(60_000).default(5_000),
   CONDUCTOR_LEASE_S: positiveInt(3600).default(45),
   CONDUCTOR_SWEEP_INTERVAL_S: positiveInt(3600).default(10),
   /** The compile Lambda's name; unset means compile runs in-process. */
@@ -80,6 +93,18 @@ export const ConfigSchema = z.object({
   CONDUCTOR_STATUS_GIVE_UP_H: positiveInt(24 * 30).default(24),
   CONDUCTOR_RETENTION_LOG_DAYS: positiveInt(36500).default(30),
   CONDUCTOR_RETENTION_JOB_DAYS: positiveInt(36500).default(180),
+  // Artifacts and caches (docs/artifacts.md). Unset bucket: a directory under
+  // CONDUCTOR_DATA_DIR, served by the local server.
+  /** The S3 bucket artifacts and caches are stored in (deployed). */
+  CONDUCTOR_ARTIFACTS_BUCKET: z.string().min(1).optional(),
+  /** The largest file an artifact or a cache entry may hold. */
+  CONDUCTOR_ARTIFACT_FILE_MAX_BYTES: positiveInt(2 ** 50).default(10 * 1024 ** 3),
+  /** The most one task attempt may upload as artifacts. */
+  CONDUCTOR_ARTIFACT_TASK_MAX_BYTES: positiveInt(2 ** 50).default(20 * 1024 ** 3),
+  /** The most one project may keep in unexpired artifacts. */
+  CONDUCTOR_ARTIFACT_PROJECT_MAX_BYTES: positiveInt(2 ** 50).default(200 * 1024 ** 3),
+  /** A project's cache quota: past it, entries unused for 7 days go first, then the least recently used. */
+  CONDUCTOR_CACHE_QUOTA_BYTES: positiveInt(2 ** 50).default(10 * 1024 ** 3),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 

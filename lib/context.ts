@@ -12,6 +12,7 @@ import { IdleGate } from './idle/gate.ts';
 import type { WebhookIntake } from './idle/intake.ts';
 import { log } from './log.ts';
 import { type Keyring, parseKeyring } from './secrets.ts';
+import type { BlobStore } from './storage/store.ts';
 
 export interface AppContext {
   config: Config;
@@ -28,6 +29,8 @@ export interface AppContext {
    * configuration, so only its bundle carries the SQS client. Unset: it waits.
    */
   intake?: WebhookIntake;
+  /** Where artifacts and caches are kept; unset: lib/app/artifacts.ts builds it from the configuration. */
+  storage?: BlobStore;
 }
 
 let current: Promise<AppContext> | undefined;

@@ -130,11 +130,24 @@ export async function closeLocalServer(server: Server, graceMs = 5_000): Promise
   }
 }
 
+/** Signed storage URLs this server streams itself, past the functions (lib/storage/local.ts). */
+export interface BlobRoute {
+  prefix: string;
+  serve(req: IncomingMessage, res: ServerResponse, token: string): Promise<void>;
+}
+
 /** An HTTP server that serves the functions as API Gateway would. */
-export function createLocalServer(handlers: Handlers): Server {
+export function createLocalServer(handlers: Handlers, opts: { blobs?: BlobRoute } = {}): Server {
   const server = createServer(async (req, res) => {
     const requestId = randomUUID();
     try {
+      // Artifact and cache bytes stream between the socket and the disk;
+      // they never become an event (a 100 MiB body would be buffered twice).
+      const path = (req.url ?? '/').split('?')[0] ?? '/';
+      if (opts.blobs && path.startsWith(opts.blobs.prefix)) {
+        await opts.blobs.serve(req, res, path.slice(opts.blobs.prefix.length));
+        return;
+      }
       const body = await readBody(req);
       if (body === 'too large') {
         send(res, {

@@ -5,6 +5,7 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
+import { storeOf } from '../lib/app/artifacts.ts';
 import { inProcessDispatcher } from '../lib/app/dispatch.ts';
 import { runSweep } from '../lib/app/sweep.ts';
 import { type Config, loadConfig } from '../lib/config.ts';
@@ -14,6 +15,7 @@ import { allowPrivateForges } from '../lib/forge/client.ts';
 import { newToken } from '../lib/http/auth.ts';
 import { log } from '../lib/log.ts';
 import { generateKey, parseKeyring } from '../lib/secrets.ts';
+import { BLOB_PATH, LocalStore } from '../lib/storage/index.ts';
 import { startEmbeddedPostgres } from './postgres.ts';
 import { closeLocalServer, createLocalServer, type Handlers } from './server.ts';
 
@@ -114,7 +116,13 @@ export async function startLocalStack(
   context.dispatchCompile = inProcessDispatcher(() => context);
   setContext(context);
 
-  const server = createLocalServer(await loadHandlers());
+  // Artifacts and caches: S3 when a bucket is configured, else a directory
+  // here whose signed URLs this server serves (lib/storage/local.ts).
+  const store = storeOf(context);
+  const blobs =
+    store instanceof LocalStore ? { prefix: BLOB_PATH, serve: store.serve.bind(store) } : undefined;
+  context.storage = store;
+  const server = createLocalServer(await loadHandlers(), { blobs });
   await new Promise<void>((done, fail) => {
     server.once('error', fail);
     server.listen(config.PORT, '127.0.0.1', () => done());

@@ -41,6 +41,24 @@ export const TaskSchema = z.object({
   services: z.array(ServiceSchema).default([]),
   // Absent from a control plane that predates it: then the runner checks nothing.
   trusted: z.boolean().optional(),
+  // Artifacts and caches (docs/artifacts.md); absent from a control plane that predates them: none.
+  artifacts: z
+    .object({
+      paths: z.array(z.string()),
+      when: z.enum(['on_success', 'on_failure', 'always']).default('on_success'),
+    })
+    .nullable()
+    .optional(),
+  caches: z
+    .array(
+      z.object({
+        key: z.string(),
+        restore_keys: z.array(z.string()).default([]),
+        paths: z.array(z.string()),
+        policy: z.enum(['pull', 'push', 'pull-push']).default('pull-push'),
+      }),
+    )
+    .optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
 

@@ -5,7 +5,14 @@ import { mkdir, mkdtemp } from 'node:fs/promises';
 import { join } from 'node:path';
 import { formatDuration } from '../lib/duration.ts';
 import { Masker } from '../lib/masking.ts';
+import {
+  restoreNeededArtifacts,
+  type StorageContext,
+  StorageError,
+  uploadArtifacts,
+} from './artifacts.ts';
 import { Backoff } from './backoff.ts';
+import { TaskCaches } from './cache.ts';
 import { HttpStatusError, type RunnerClient } from './client.ts';
 import type { Logger, RunnerEvent, TaskRef } from './events.ts';
 import type { Execution, Executor } from './executor.ts';
@@ -100,6 +107,8 @@ export class TaskRun {
   private finished = false;
   private execution: Execution | undefined;
   private services: TaskServices | undefined;
+  /** Artifacts and caches: set once they are restored, for the uploads after the script. */
+  private storage: { ctx: StorageContext; caches: TaskCaches } | undefined;
   private readonly abort = new AbortController();
   private readonly logs: LogStream;
   private readonly masker: Masker;
@@ -185,6 +194,7 @@ export class TaskRun {
         result = taskDir
           ? await this.execute(taskDir)
           : this.infrastructure(`could not make a workspace: ${why}`);
+        result = await this.storeAfter(result);
       }
     } catch (err) {
       result = {
@@ -269,6 +279,9 @@ export class TaskRun {
     }
     this.note(`checked out ${task.repo.sha} (${task.repo.ref}) from ${redactUrl(task.repo.url)}`);
     if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+    const restoreFailed = await this.restoreStorage(taskDir, workspace, metaDir);
+    if (restoreFailed) return restoreFailed;
+    if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
 
     let network: string | undefined;
     if (task.services.length && ctx.executor.services) {
@@ -341,6 +354,81 @@ export class TaskRun {
       transient: false,
       error: await this.scriptError(exit, execution.lineFile),
     };
+  }
+
+  // ------------------------------------------------------- artifacts, caches
+
+  /**
+   * Before the script: the artifacts of the task's needs go to
+   * $CONDUCTOR_ARTIFACTS/<task name>/ and its caches are restored. Answers
+   * the failed result when the artifacts cannot be had (a cache that cannot
+   * be restored is only a miss).
+   */
+  private async restoreStorage(
+    taskDir: string,
+    workspace: string,
+    metaDir: string,
+  ): Promise<Result | undefined> {
+    const { task, ctx } = this;
+    const artifactsDir = join(metaDir, 'artifacts');
+    // The script sees the directory where its executor mounts it.
+    task.env = {
+      ...task.env,
+      CONDUCTOR_ARTIFACTS: ctx.executor.kind === 'docker' ? '/conductor/artifacts' : artifactsDir,
+    };
+    const storage: StorageContext = {
+      client: ctx.client,
+      task,
+      workspace,
+      artifactsDir,
+      scratch: taskDir,
+      note: (text) => this.note(text),
+      signal: this.abort.signal,
+      retryForMs: Math.max(ctx.completeRetryMs, 10_000),
+    };
+    this.storage = { ctx: storage, caches: new TaskCaches(storage) };
+    try {
+      await restoreNeededArtifacts(storage);
+      await this.storage.caches.restore();
+    } catch (err) {
+      if (this.stopReason) return this.stoppedResult(this.stopReason, null)!;
+      const message = `could not restore the artifacts of the needed tasks: ${(err as Error).message}`;
+      if (err instanceof StorageError && !err.transient) {
+        this.note(message);
+        return { outcome: 'failed', exitCode: null, transient: false, error: message };
+      }
+      return this.infrastructure(message);
+    }
+    return undefined;
+  }
+
+  /**
+   * After the script: its artifacts are uploaded as `when:` says, and its
+   * caches saved when it succeeded. An artifact over a limit fails the task
+   * with the limit's message.
+   */
+  private async storeAfter(result: Result): Promise<Result> {
+    const storage = this.storage;
+    if (!storage || this.stopReason) return result;
+    const scriptRan = result.outcome === 'success' || result.exitCode !== null;
+    if (!scriptRan) return result;
+    const when = this.task.artifacts?.when ?? 'on_success';
+    const success = result.outcome === 'success';
+    const upload =
+      this.task.artifacts &&
+      (when === 'always' || (success ? when === 'on_success' : when === 'on_failure'));
+    try {
+      if (upload) await uploadArtifacts(storage.ctx, this.task.artifacts!.paths);
+      if (success) await storage.caches.save();
+    } catch (err) {
+      if (this.stopReason) return result;
+      const message = `the artifacts could not be uploaded: ${(err as Error).message}`;
+      this.note(message);
+      if (!success) return result;
+      const transient = !(err instanceof StorageError) || err.transient;
+      return { outcome: 'failed', exitCode: result.exitCode, transient, error: message };
+    }
+    return result;
   }
 
   /**

@@ -32,23 +32,51 @@ const PRIMITIVES = [
  */
 const ALLOWED: Record<string, readonly string[]> = {
   infra: ['functions', 'scripts', 'app', 'http', 'idle', 'db', 'context', 'primitives'],
-  local: ['functions', 'runner', 'app', 'pages', 'forge', 'http', 'db', 'context', 'primitives'],
+  local: ['functions', 'runner', 'app', 'pages', 'forge', 'http', 'storage', 'db', 'context', 'primitives'],
   scripts: ['local', 'runner', 'db', 'primitives'],
   runner: ['pipeline', 'primitives'],
   functions: ['app', 'http', 'pages', 'context', 'primitives'],
-  app: ['pages', 'scheduler', 'forge', 'idle', 'http', 'pipeline', 'db', 'context', 'primitives'],
-  pages: ['scheduler', 'http', 'db', 'context', 'primitives'],
+  app: [
+    'pages',
+    'people',
+    'scheduler',
+    'schedules',
+    'forge',
+    'idle',
+    'storage',
+    'http',
+    'pipeline',
+    'db',
+    'context',
+    'primitives',
+  ],
+  pages: ['people', 'scheduler', 'storage', 'http', 'db', 'context', 'primitives'],
+  people: ['forge', 'db', 'context', 'primitives'],
   http: ['db', 'primitives'],
   scheduler: ['pipeline', 'db', 'primitives'],
+  schedules: ['db', 'primitives'],
   forge: ['pipeline', 'primitives'],
   idle: ['forge', 'db', 'primitives'],
+  storage: ['db', 'primitives'],
   pipeline: ['primitives'],
-  context: ['db', 'forge', 'idle', 'primitives'],
+  context: ['db', 'forge', 'idle', 'storage', 'primitives'],
   db: ['primitives'],
   primitives: [],
 };
 const SELF_IMPORTS = new Set(Object.keys(ALLOWED).filter((part) => part !== 'functions'));
-const FOLDERS = ['app', 'db', 'forge', 'http', 'idle', 'pages', 'pipeline', 'scheduler'];
+const FOLDERS = [
+  'app',
+  'db',
+  'forge',
+  'http',
+  'idle',
+  'pages',
+  'people',
+  'pipeline',
+  'scheduler',
+  'schedules',
+  'storage',
+];
 const TOP = ['functions', 'local', 'runner', 'infra', 'scripts'];
 
 /** The part a file belongs to, or an error message when it belongs to none. */

@@ -7,7 +7,7 @@ import type { AppContext } from '../context.ts';
 import { type Pool, prepared, statement, TransactionConflictError } from '../db/index.ts';
 import { UnauthorizedError, UnavailableError, ValidationError } from '../errors.ts';
 import { workerTokenRequired } from '../http/auth.ts';
-import { KnownClaimers } from '../idle/claimers.ts';
+import { lookUpToken } from '../idle/workers.ts';
 import { log } from '../log.ts';
 import { CLAIMED_COLUMNS, type ClaimedTask, releaseClaim } from '../scheduler/index.ts';
 import { followUpAfterCommit } from '../scheduler/progress.ts';
@@ -43,6 +43,15 @@ export interface Assignment {
     ports: number[];
     health: string | null;
     health_timeout_s: number;
+  }>;
+  /** What to upload after the script (docs/artifacts.md); null for nothing. */
+  artifacts: { paths: string[]; when: 'on_success' | 'on_failure' | 'always' } | null;
+  /** Caches to restore before the script and save after it; [] for none. */
+  caches: Array<{
+    key: string;
+    restore_keys: string[];
+    paths: string[];
+    policy: 'pull' | 'push' | 'pull-push';
   }>;
   repo: { url: string; sha: string; ref: string; token?: string };
 }
@@ -192,17 +201,32 @@ async function giveBack(pool: Pool, leaseId: string, why: string): Promise<void>
   }
 }
 
-// Claims the database accepted in this container: only those are answered
-// from a closed idle gate (lib/idle/claimers.ts).
-const known = new KnownClaimers();
+/**
+ * What a closed idle gate answers a claim without the database, from the
+ * worker tokens in its bucket (lib/idle/workers.ts): an unknown or revoked
+ * token 401, a label the worker was not registered with 400, a known token
+ * 204 (no job can proceed, so nothing is claimable). Answers undefined when
+ * the database must answer: the gate is open, the bucket cannot say, or the
+ * worker is ephemeral (its one claim is the database's to count).
+ */
+export async function answerFromClosedGate(
+  ctx: AppContext,
+  tokenHash: Buffer,
+  labels: string[] | undefined,
+): Promise<null | undefined> {
+  if (!ctx.gate || (await ctx.gate.mayHaveWork())) return undefined;
+  const found = await lookUpToken(ctx.gate, tokenHash);
+  if (found.kind === 'refused') throw workerTokenRequired();
+  if (found.kind === 'ask' || found.entry.ephemeral) return undefined;
+  const bad = unknownLabels(labels, found.entry.labels);
+  if (bad) throw bad;
+  return null;
+}
 
 /**
  * The runner's claim: claimForToken under the configured lease, unless the
- * idle gate is closed and this container has seen the database accept this
- * token and labels before: no job is open, so nothing is claimable, and the
- * database (perhaps paused) is not woken to say so. An ephemeral worker is
- * never remembered: its second claim must reach the database, which answers
- * it 401.
+ * idle gate is closed and answers it from its bucket (answerFromClosedGate),
+ * so the database (perhaps paused) is not woken to say "nothing to claim".
  */
 export async function claimForRunner(
   ctx: AppContext,
@@ -210,8 +234,7 @@ export async function claimForRunner(
   labels: string[] | undefined,
   request: ClaimRequest = {},
 ): Promise<Assignment | null> {
-  const key = KnownClaimers.key(tokenHash, labels);
-  if (ctx.gate && known.has(key) && !(await ctx.gate.mayHaveWork())) return null;
+  if ((await answerFromClosedGate(ctx, tokenHash, labels)) === null) return null;
   const answer = await claimForToken(
     ctx.pool,
     ctx.keyring,
@@ -220,7 +243,6 @@ export async function claimForRunner(
     ctx.config.CONDUCTOR_LEASE_S,
     request,
   );
-  if (answer.ephemeral === false) known.remember(key);
   return answer.task;
 }
 
@@ -315,6 +337,15 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
       ports: s.ports,
       health: s.health,
       health_timeout_s: s.healthTimeoutS,
+    })),
+    artifacts: task.storage?.artifacts
+      ? { paths: task.storage.artifacts.paths, when: task.storage.artifacts.when }
+      : null,
+    caches: (task.storage?.caches ?? []).map((c) => ({
+      key: c.key,
+      restore_keys: c.restoreKeys,
+      paths: c.paths,
+      policy: c.policy,
     })),
     repo: {
       url: task.repo_url,

@@ -1,5 +1,5 @@
-import type { CompiledChanges } from './changes.ts';
 import type { TaskRunWhen } from '../states.ts';
+import type { CompiledChanges } from './changes.ts';
 import { isInherited, resolveExtends, type TaskEntry } from './extends.ts';
 import type { Trigger } from './glob.ts';
 import { refMatches } from './glob.ts';
@@ -13,6 +13,7 @@ import { type Expansion, planTasks, type TaskPlan } from './plan.ts';
 import {
   checkPipelineFile,
   checkWith,
+  DEFAULT_ARTIFACT_EXPIRY_S,
   DEFAULT_BLOCK_TIMEOUT_S,
   DEFAULT_QUEUE_TIMEOUT_S,
   DEFAULT_RETRIES,
@@ -67,6 +68,11 @@ export interface CompiledTask {
    * Optional so that tasks copied from before services existed need not say.
    */
   services?: CompiledService[];
+  /**
+   * Its artifacts and caches (docs/artifacts.md); {} for none. Optional so
+   * that tasks copied from before artifacts existed need not say.
+   */
+  storage?: CompiledStorage;
   /** A block step (no script, no runner): what it asks for. Optional: tasks from before it need not say. */
   block?: CompiledBlock | null;
   /** The changed-path filter; null or absent: the task runs whatever changed. */
@@ -95,6 +101,18 @@ export interface CompiledBlockField {
   type: 'text' | 'select';
   required: boolean;
   options: string[] | null;
+}
+
+/** A task's `artifacts:` and `cache:`, as stored with it and handed to the runner. */
+export interface CompiledStorage {
+  artifacts?: { paths: string[]; expireInS: number; when: 'on_success' | 'on_failure' | 'always' };
+  caches?: Array<{
+    /** As written: `{{ hash 'file' }}` is filled in by the runner, from the checkout. */
+    key: string;
+    restoreKeys: string[];
+    paths: string[];
+    policy: 'pull' | 'push' | 'pull-push';
+  }>;
 }
 
 /** A service container of a task, as the runner receives it. */
@@ -403,8 +421,10 @@ function build(
     const scriptBytes =
       listBytes(script) + (block ? Buffer.byteLength(JSON.stringify(block), 'utf8') : 0);
     const services = compileServices(task.services, root, ['tasks', plan.key, 'services']);
+    const storage = compileStorage(task);
     const otherBytes =
       (services.length ? Buffer.byteLength(JSON.stringify(services), 'utf8') : 0) +
+      Buffer.byteLength(JSON.stringify(storage), 'utf8') +
       jsonBytes(plan.key) +
       (image === null ? 0 : jsonBytes(image)) +
       listBytes(labels) +
@@ -456,6 +476,7 @@ function build(
         allowFailure: task.allow_failure ?? false,
         failFast: task.fail_fast ?? false,
         services: services.map((service) => ({ ...service, env: { ...service.env } })),
+        storage: structuredClone(storage),
         block,
         changes: task.changes
           ? { include: [...task.changes.include], exclude: [...task.changes.exclude] }
@@ -490,6 +511,27 @@ function compileBlock(block: Task['block']): CompiledBlock | null {
     timeoutS: block.timeout ?? DEFAULT_BLOCK_TIMEOUT_S,
     onTimeout: block.on_timeout ?? 'fail',
   };
+}
+
+// A task's artifacts and caches with their defaults filled in.
+function compileStorage(task: Task): CompiledStorage {
+  const storage: CompiledStorage = {};
+  if (task.artifacts) {
+    storage.artifacts = {
+      paths: [...task.artifacts.paths],
+      expireInS: task.artifacts.expire_in ?? DEFAULT_ARTIFACT_EXPIRY_S,
+      when: task.artifacts.when ?? 'on_success',
+    };
+  }
+  if (task.cache) {
+    storage.caches = task.cache.map((cache) => ({
+      key: cache.key,
+      restoreKeys: [...(cache.restore_keys ?? [])],
+      paths: [...cache.paths],
+      policy: cache.policy ?? 'pull-push',
+    }));
+  }
+  return storage;
 }
 
 // Env values stringified as written (`3.10` stays `3.10`), keys in file order.

@@ -1,6 +1,14 @@
 export {
+  type CompiledChanges,
+  changesMatch,
+  changesSkipReason,
+} from './changes.ts';
+export {
+  type CompiledBlock,
+  type CompiledBlockField,
   type CompiledPipeline,
   type CompiledService,
+  type CompiledStorage,
   type CompiledTask,
   type CompileResult,
   compilePipeline,

@@ -218,7 +218,11 @@ export const BlockFieldSchema = z
       ctx.addIssue({ code: 'custom', path: [], message: 'a select field needs options' });
     }
     if (field.type !== 'select' && field.options !== undefined) {
-      ctx.addIssue({ code: 'custom', path: ['options'], message: 'only a select field has options' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['options'],
+        message: 'only a select field has options',
+      });
     }
   });
 
@@ -236,7 +240,11 @@ export const BlockSchema = z.strictObject({
       const seen = new Set<string>();
       fields.forEach((field, index) => {
         if (seen.has(field.name)) {
-          ctx.addIssue({ code: 'custom', path: [index, 'name'], message: `duplicate field ${quote(field.name)}` });
+          ctx.addIssue({
+            code: 'custom',
+            path: [index, 'name'],
+            message: `duplicate field ${quote(field.name)}`,
+          });
         }
         seen.add(field.name);
       });
@@ -353,10 +361,18 @@ const TaskFields = z.strictObject({
 export const TaskSchema = TaskFields.superRefine((task, ctx) => {
   if (task.block !== undefined) {
     if (task.script !== undefined) {
-      ctx.addIssue({ code: 'custom', path: ['block'], message: 'a block step runs no script: remove script or block' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['block'],
+        message: 'a block step runs no script: remove script or block',
+      });
     }
     if (task.outputs !== undefined) {
-      ctx.addIssue({ code: 'custom', path: ['outputs'], message: "a block step's outputs are its fields" });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['outputs'],
+        message: "a block step's outputs are its fields",
+      });
     }
   } else if (task.script === undefined) {
     // Reported as a missing key, as when script was required outright.
@@ -459,6 +475,9 @@ function knownKeys(path: readonly PathSegment[], top: readonly string[]): string
   if (path.length === 0) return [...top];
   if (path.length === 1 && path[0] === 'defaults') return Object.keys(DefaultsSchema.shape);
   if (path.length === 2 && path[0] === 'tasks') return Object.keys(TaskSchema.shape);
+  if (path.length === 3 && path[0] === 'tasks' && path[2] === 'changes') {
+    return ['include', 'exclude'];
+  }
   if (path.length === 3 && path[0] === 'tasks' && path[2] === 'block') {
     return Object.keys(BlockSchema.shape);
   }

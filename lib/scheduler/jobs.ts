@@ -8,8 +8,8 @@ import {
 } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
-import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
 import { noteBlockedTx } from './block.ts';
+import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
 import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { followUpAfterCommit, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
@@ -38,6 +38,8 @@ export interface NewJob {
   inputs?: Record<string, unknown> | null;
   /** The schedule that fired the job. */
   scheduleName?: string | null;
+  /** A branch push's diff as its payload says (lib/forge/webhook.ts readPushDiff), for `changes:`. */
+  push?: { before: string | null; forced: boolean; created: boolean; files: string[] | null };
 }
 
 export interface CreatedJob {
@@ -152,6 +154,14 @@ export async function createJobTx(
       [job.id, input.inputs ? JSON.stringify(input.inputs) : null, input.scheduleName ?? null],
     );
     job = given.rows[0]!;
+  }
+  if (input.push) {
+    const pushed = await tx.query<JobRow>(
+      `update jobs set push_before = $2, push_forced = $3, push_created = $4, payload_files = $5
+        where id = $1 returning *`,
+      [job.id, input.push.before, input.push.forced, input.push.created, input.push.files],
+    );
+    job = pushed.rows[0]!;
   }
   // Held back a few seconds: a compile that starts the job at once replaces
   // it with "running", and the forge sees one status, not two. A blocked
@@ -327,6 +337,16 @@ export async function insertTasksTx(
       [job.id, JSON.stringify(conditional.map((s) => ({ name: s.name, run_when: s.when })))],
     );
   }
+  // Artifacts and caches (migrations/011), for the tasks that have any.
+  const stored = specs.filter((s) => s.storage && Object.keys(s.storage).length > 0);
+  if (stored.length > 0) {
+    await tx.query(
+      `update tasks t set storage = x.storage
+         from jsonb_to_recordset($2::jsonb) as x (name text, storage jsonb)
+        where t.job_id = $1 and t.name = x.name`,
+      [job.id, JSON.stringify(stored.map((s) => ({ name: s.name, storage: s.storage })))],
+    );
+  }
   await tx.query(
     `insert into task_needs (task_id, need_id)
      select c.id, p.id
@@ -383,7 +403,6 @@ export async function insertTasksTx(
   }
 }
 
-
 export interface StartResult {
   /** False when the job was no longer pending (a second compile of the same job). */
   started: boolean;
@@ -400,6 +419,7 @@ export async function startJob(
   pool: Pool,
   jobId: string,
   pipeline: { name: string | null; tasks: TaskSpec[]; inputs?: unknown[] },
+  diff: { base: string | null; files: string[] | null; count: number | null; note: string } | null = null,
 ): Promise<StartResult> {
   const started = await transaction(pool, async (tx) => {
     // FOR UPDATE: a second compile blocks here, then raises 40001 once the
@@ -420,6 +440,14 @@ export async function startJob(
         jobId,
         JSON.stringify(pipeline.inputs),
       ]);
+    }
+    if (diff) {
+      // What the changes: filters were decided on (lib/app/changes.ts), for the job page.
+      await tx.query(
+        `update jobs set diff_base = $2, diff_files = $3, diff_count = $4, diff_note = $5
+          where id = $1`,
+        [jobId, diff.base, diff.files, diff.count, diff.note],
+      );
     }
     const n = pipeline.tasks.length;
     await enqueueStatus(tx, jobId, 'pending', `running ${n} task${n === 1 ? '' : 's'}`);

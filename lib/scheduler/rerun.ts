@@ -76,6 +76,7 @@ export async function rerunJob(
         queueTimeoutS: t.queue_timeout_s,
         failFast: t.fail_fast,
         services: t.services,
+        storage: t.storage,
         block: t.block,
         // The first job's changes: decision stands: the files of the commit did not change.
         pathSkipped: t.path_skipped ? (t.error ?? 'no changed file matches') : undefined,

@@ -1,4 +1,9 @@
-import type { CompiledBlock, CompiledService, CompiledTask } from '../pipeline/index.ts';
+import type {
+  CompiledBlock,
+  CompiledService,
+  CompiledStorage,
+  CompiledTask,
+} from '../pipeline/index.ts';
 import type { AttemptOutcome, JobState, JobTrigger, TaskRunWhen, TaskState } from '../states.ts';
 
 /** A job as stored; field names are the API's. */
@@ -92,6 +97,8 @@ export interface TaskRow {
   fail_fast: boolean;
   /** The service containers to start beside the script (migrations/010). */
   services: CompiledService[];
+  /** Its artifacts and caches (migrations/011); {} for none. */
+  storage: CompiledStorage;
   /** A block step's prompt and fields; null for a task with a script (migrations/013). */
   block: CompiledBlock | null;
   blocked_at: Date | null;

@@ -1,0 +1,331 @@
+// The runner's side of artifacts and caches (docs/artifacts.md): the files a
+// pipeline names, found in the checkout; archives (tar.gz) of several files
+// or directories; and the transfers to and from the store's signed URLs,
+// streamed from and to the disk. Before the script, the artifacts of the
+// task's needs go to $CONDUCTOR_ARTIFACTS/<task name>/; after it, the task's
+// own are uploaded (as its `when:` says).
+import { createHash } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { dirname, join, relative, sep } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import picomatch from 'picomatch';
+import * as tar from 'tar';
+import { HttpStatusError, type RunnerClient } from './client.ts';
+import type { Task } from './protocol.ts';
+
+/** Most files one artifact or cache may gather; past it the task fails, naming the limit. */
+export const MAX_FILES = 100_000;
+
+/** A file (or link) under the workspace that a pipeline's paths matched. */
+export interface Found {
+  /** Relative to the workspace, with `/`. */
+  path: string;
+  size: number;
+  link: boolean;
+}
+
+/** A failure the task's log and error show as it is (a limit, a refusal), not transient. */
+export class StorageError extends Error {
+  constructor(
+    message: string,
+    readonly transient = false,
+  ) {
+    super(message);
+    this.name = 'StorageError';
+  }
+}
+
+/** The directory name of a task's artifacts: its name, with `/` (a matrix value's) made `_`. */
+export function artifactDirName(taskName: string): string {
+  const safe = taskName.replace(/[/\0]/g, '_');
+  return safe === '.' || safe === '..' ? safe.replace(/\./g, '_') : safe;
+}
+
+/**
+ * The files under `root` that `patterns` match (globs, relative to it; a
+ * pattern naming a directory takes everything under it). Links are listed,
+ * never followed: a script cannot make the runner read outside the checkout.
+ */
+export async function findFiles(root: string, patterns: string[]): Promise<Found[]> {
+  const expanded = patterns.flatMap((p) => {
+    const clean = p.replace(/^\.\//, '').replace(/\/+$/, '');
+    return [clean, `${clean}/**`];
+  });
+  const match = picomatch(expanded, { dot: true });
+  const found: Found[] = [];
+  const walk = async (dir: string): Promise<void> => {
+    const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
+    for (const entry of entries) {
+      const full = join(dir, entry.name);
+      const rel = relative(root, full).split(sep).join('/');
+      if (rel === '.git' || rel.startsWith('.git/')) continue;
+      if (entry.isDirectory()) {
+        await walk(full);
+      } else if ((entry.isFile() || entry.isSymbolicLink()) && match(rel)) {
+        const info = await lstat(full);
+        found.push({
+          path: rel,
+          size: entry.isFile() ? info.size : 0,
+          link: entry.isSymbolicLink(),
+        });
+        if (found.length > MAX_FILES) {
+          throw new StorageError(
+            `the paths match more than ${MAX_FILES} files; at most ${MAX_FILES} are allowed`,
+          );
+        }
+      }
+    }
+  };
+  await walk(root);
+  return found.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/** Writes a tar.gz of `files` (relative to `root`) to `out`; links stay links. */
+export async function pack(root: string, files: Found[], out: string): Promise<void> {
+  await tar.create(
+    { gzip: true, cwd: root, file: out, portable: true, follow: false },
+    files.map((f) => f.path),
+  );
+}
+
+/** Unpacks a tar.gz into `dir`; entries that would land outside it are refused by tar. */
+export async function unpack(file: string, dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true });
+  await tar.extract({ file, cwd: dir, strict: true, preservePaths: false, noChmod: false });
+}
+
+/** The SHA-256 (hex) and size of a file. */
+export async function digest(file: string): Promise<{ sha256: string; size: number }> {
+  const hash = createHash('sha256');
+  let size = 0;
+  for await (const chunk of createReadStream(file)) {
+    hash.update(chunk as Buffer);
+    size += (chunk as Buffer).length;
+  }
+  return { sha256: hash.digest('hex'), size };
+}
+
+/** An upload's URLs, as the control plane answers them. */
+export interface Upload {
+  upload_id: string | null;
+  parts: Array<{ url: string; size: number }>;
+}
+
+/** PUTs a file to its parts' URLs, streamed; answers each part's ETag. */
+export async function putParts(
+  base: string,
+  file: string,
+  upload: Upload,
+  signal: AbortSignal,
+): Promise<string[]> {
+  const etags: string[] = [];
+  let start = 0;
+  for (const part of upload.parts) {
+    etags.push(await putRange(new URL(part.url, base), file, start, part.size, signal));
+    start += part.size;
+  }
+  return etags;
+}
+
+function putRange(
+  url: URL,
+  file: string,
+  start: number,
+  size: number,
+  signal: AbortSignal,
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req = send(url, {
+      method: 'PUT',
+      headers: { 'content-length': String(size), 'content-type': 'application/octet-stream' },
+      signal,
+    });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => {
+        if ((res.statusCode ?? 0) >= 300) {
+          const text = Buffer.concat(chunks).toString('utf8').slice(0, 300);
+          reject(
+            new StorageError(
+              `the store refused an upload: HTTP ${res.statusCode} ${text}`,
+              (res.statusCode ?? 0) >= 500,
+            ),
+          );
+        } else resolve(String(res.headers.etag ?? ''));
+      });
+      res.on('error', reject);
+    });
+    req.on('error', (err) => reject(new StorageError(`an upload failed: ${err.message}`, true)));
+    const body =
+      size === 0 ? Readable.from([]) : createReadStream(file, { start, end: start + size - 1 });
+    body.on('error', reject);
+    body.pipe(req);
+  });
+}
+
+/** GETs a URL (relative ones against the control plane) to a file, streamed; answers its SHA-256. */
+export async function download(
+  base: string,
+  url: string,
+  file: string,
+  signal: AbortSignal,
+): Promise<string> {
+  const res = await fetch(new URL(url, base), { signal, redirect: 'follow' });
+  if (!res.ok || !res.body) {
+    throw new StorageError(`a download failed: HTTP ${res.status}`, res.status >= 500);
+  }
+  await mkdir(dirname(file), { recursive: true });
+  const hash = createHash('sha256');
+  await pipeline(
+    Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>),
+    async function* (source: AsyncIterable<Buffer>) {
+      for await (const chunk of source) {
+        hash.update(chunk);
+        yield chunk;
+      }
+    },
+    createWriteStream(file),
+  );
+  return hash.digest('hex');
+}
+
+/** Where a task's storage work happens, and how it reports. */
+export interface StorageContext {
+  client: RunnerClient;
+  task: Task;
+  workspace: string;
+  /** $CONDUCTOR_ARTIFACTS on the host. */
+  artifactsDir: string;
+  /** Scratch space for archives, outside the workspace. */
+  scratch: string;
+  note: (text: string) => void;
+  signal: AbortSignal;
+  retryForMs: number;
+}
+
+const taskPath = (ctx: StorageContext, rest: string) =>
+  `/v1/runner/tasks/${encodeURIComponent(ctx.task.id)}/${rest}`;
+
+/** Downloads the artifacts of the task's needs into $CONDUCTOR_ARTIFACTS/<task name>/. */
+export async function restoreNeededArtifacts(ctx: StorageContext): Promise<void> {
+  await mkdir(ctx.artifactsDir, { recursive: true, mode: 0o755 });
+  const answer = await ctx.client.post(
+    taskPath(ctx, 'needs-artifacts'),
+    { lease_id: ctx.task.lease_id },
+    { retryForMs: ctx.retryForMs, signal: ctx.signal },
+  );
+  const artifacts = (answer.body as { artifacts?: NeededArtifact[] }).artifacts ?? [];
+  for (const artifact of artifacts) {
+    const dir = join(ctx.artifactsDir, artifactDirName(artifact.task_name));
+    await mkdir(dir, { recursive: true, mode: 0o755 });
+    if (artifact.kind === 'file') {
+      if (artifact.path.split('/').includes('..') || artifact.path.startsWith('/')) {
+        throw new StorageError(
+          `artifact path ${JSON.stringify(artifact.path)} leaves its directory`,
+        );
+      }
+      const target = join(dir, ...artifact.path.split('/'));
+      const sha = await download(ctx.client.url, artifact.url, target, ctx.signal);
+      if (sha !== artifact.sha256)
+        throw new StorageError(
+          `artifact ${artifact.path} of ${artifact.task_name} arrived damaged (sha256 differs)`,
+          true,
+        );
+    } else {
+      const temp = join(ctx.scratch, `needs-${Math.random().toString(36).slice(2)}.tar.gz`);
+      const sha = await download(ctx.client.url, artifact.url, temp, ctx.signal);
+      if (sha !== artifact.sha256)
+        throw new StorageError(
+          `artifact ${artifact.path} of ${artifact.task_name} arrived damaged (sha256 differs)`,
+          true,
+        );
+      await unpack(temp, dir);
+      await rm(temp, { force: true });
+    }
+    ctx.note(
+      `artifact ${artifact.path} of ${artifact.task_name} (${artifact.size} bytes) is in $CONDUCTOR_ARTIFACTS/${artifactDirName(artifact.task_name)}/`,
+    );
+  }
+}
+
+interface NeededArtifact {
+  task_name: string;
+  path: string;
+  kind: 'file' | 'tar';
+  size: number;
+  sha256: string;
+  url: string;
+}
+
+/**
+ * Uploads the task's artifacts: one file as itself, several files or a
+ * directory as one tar.gz named after the task. Nothing matched is a note,
+ * not a failure; a limit is a StorageError naming it.
+ */
+export async function uploadArtifacts(ctx: StorageContext, paths: string[]): Promise<void> {
+  const files = await findFiles(ctx.workspace, paths);
+  if (files.length === 0) {
+    ctx.note(`no file matches the artifacts' paths (${paths.join(', ')}): nothing uploaded`);
+    return;
+  }
+  let file: string;
+  let body: { path: string; kind: 'file' | 'tar'; largest?: { path: string; size: number } };
+  // One regular file downloads as itself; anything more as one archive.
+  if (files.length === 1 && !files[0]!.link) {
+    file = join(ctx.workspace, ...files[0]!.path.split('/'));
+    // A link swapped in after the walk must not be read through.
+    if (!(await lstat(file)).isFile())
+      throw new StorageError(`artifact ${files[0]!.path} is not a regular file`);
+    body = { path: files[0]!.path, kind: 'file' };
+  } else {
+    file = join(ctx.scratch, 'artifacts.tar.gz');
+    await pack(ctx.workspace, files, file);
+    const largest = files.reduce((a, b) => (b.size > a.size ? b : a));
+    body = {
+      path: `${artifactDirName(ctx.task.name)}.tar.gz`,
+      kind: 'tar',
+      largest: { path: largest.path, size: largest.size },
+    };
+  }
+  const { sha256, size } = await digest(file);
+  let begun: { artifact: { id: string }; upload: Upload };
+  try {
+    const answer = await ctx.client.post(
+      taskPath(ctx, 'artifacts'),
+      { lease_id: ctx.task.lease_id, ...body, size, sha256 },
+      { retryForMs: ctx.retryForMs, signal: ctx.signal },
+    );
+    begun = answer.body as typeof begun;
+  } catch (err) {
+    if (err instanceof HttpStatusError && err.status === 413) {
+      const message = (err.body as { error?: { message?: string } })?.error?.message ?? err.message;
+      throw new StorageError(message);
+    }
+    throw err;
+  }
+  const etags = await putParts(ctx.client.url, file, begun.upload, ctx.signal);
+  await ctx.client.post(
+    taskPath(ctx, `artifacts/${encodeURIComponent(begun.artifact.id)}/commit`),
+    { lease_id: ctx.task.lease_id, etags },
+    { retryForMs: ctx.retryForMs, signal: ctx.signal },
+  );
+  ctx.note(
+    `uploaded artifact ${body.path} (${size} bytes${body.kind === 'tar' ? `, ${files.length} files` : ''})`,
+  );
+  // Large archives would otherwise wait for the workspace's removal.
+  if (body.kind === 'tar') await rm(file, { force: true });
+}
+
+/** The size of a file, or null when there is none. */
+export async function fileSize(file: string): Promise<number | null> {
+  return stat(file).then(
+    (s) => s.size,
+    () => null,
+  );
+}
