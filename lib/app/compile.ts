@@ -32,7 +32,9 @@ import {
   settleJobTrust,
   startJob,
 } from '../scheduler/index.ts';
+import { noteScheduledJobFailed } from '../schedules/store.ts';
 import type { Keyring } from '../secrets.ts';
+import { decideChanges } from './changes.ts';
 import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
 
@@ -101,7 +103,13 @@ export async function compileJob(
     throw err;
   }
 
-  const trigger = { ref: job.ref, event: job.trigger, baseRef: job.base_ref };
+  const trigger = {
+    ref: job.ref,
+    event: job.trigger,
+    baseRef: job.base_ref,
+    schedule: job.schedule_name,
+    inputs: job.inputs,
+  };
   const files = new Map<string, IncludedFile>();
   let compiled: CompiledPipeline | null = null;
   // Each round compiles with the files read so far and reads the ones the
@@ -143,7 +151,20 @@ export async function compileJob(
       throw err;
     }
   }
-  const started = await startJob(pool, jobId, compiled);
+  // changes: filters, decided outside any transaction (it may ask the forge).
+  let decision: Awaited<ReturnType<typeof decideChanges>>;
+  try {
+    decision = await decideChanges(job, source, compiled.tasks);
+  } catch (err) {
+    if (err instanceof ForgeUnavailableError) return unavailable(pool, jobId, err);
+    throw err;
+  }
+  const started = await startJob(
+    pool,
+    jobId,
+    { ...compiled, tasks: decision.tasks },
+    decision.diff,
+  );
   return started.started ? 'started' : 'not_pending';
 }
 
@@ -164,6 +185,8 @@ export async function runCompile(
     compile,
   );
   await deliverJobStatus(ctx, jobId);
+  // A scheduled job whose pipeline is broken: its schedule says so (last_error).
+  if (outcome === 'failed') await noteScheduledJobFailed(ctx.pool, jobId);
   return outcome;
 }
 

@@ -20,9 +20,15 @@ import {
 
 export { formatIssue, type PipelineIssue } from '../pipeline/index.ts';
 
+import { NotFoundError, UnavailableError, ValidationError } from '../errors.ts';
+import { resolveHead } from '../forge/branch.ts';
+import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
+import { ADMIN_BEARER } from '../people/sessions.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
 import { getJobOnly, type JobView } from '../scheduler/views.ts';
-import { getProject } from './projects.ts';
+import { audit, type Person } from './audit.ts';
+import { forgeToken, getProject, getProjectRow } from './projects.ts';
+import { InputValuesSchema } from './schedules.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { triggerJob } from './trigger.ts';
 
@@ -37,7 +43,10 @@ export const TriggerSchema = z.strictObject({
   sha: z
     .string()
     .transform((s) => s.toLowerCase())
-    .refine((s) => SHA.test(s), 'must be a full commit sha (40 or 64 hex digits)'),
+    .refine((s) => SHA.test(s), 'must be a full commit sha (40 or 64 hex digits)')
+    .optional(),
+  // Checked against the pipeline's `inputs:` when the job compiles (a failed job names them).
+  inputs: InputValuesSchema.optional(),
 });
 export type Trigger = z.infer<typeof TriggerSchema>;
 
@@ -45,37 +54,91 @@ export const RerunSchema = z.strictObject({ failed_only: z.boolean().default(fal
 
 /**
  * A trusted job of the project for a commit, asked for by an admin; a ref
- * without `refs/` names a branch. It supersedes the ref's unfinished jobs as
- * a push would.
+ * without `refs/` names a branch, and without `sha` the job runs the ref's
+ * head, asked of the forge (lib/forge/branch.ts): a ref without one is a 422
+ * naming it, a forge that does not answer a 503. `inputs` go to the
+ * pipeline's `inputs:`. It supersedes the ref's unfinished jobs as a push
+ * would.
  */
 export async function startManualJob(
   ctx: AppContext,
   projectId: string,
-  { ref, sha }: Trigger,
+  { ref, sha, inputs }: Trigger,
 ): Promise<JobRow> {
   await getProject(ctx.pool, projectId);
+  const full = ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
+  const head = sha ?? (await headOf(ctx, projectId, full));
   const { job, superseded } = await createJob(ctx.pool, {
     projectId,
-    ref: ref.startsWith('refs/') ? ref : `refs/heads/${ref}`,
-    sha,
+    ref: full,
+    sha: head,
     trigger: 'manual',
     trusted: true,
+    inputs: inputs && Object.keys(inputs).length > 0 ? inputs : null,
   });
   await triggerJob(ctx, job, superseded);
   return job;
 }
 
+/** The head commit of a project's ref, asked outside any transaction. */
+async function headOf(ctx: AppContext, projectId: string, ref: string): Promise<string> {
+  const project = await getProjectRow(ctx.pool, projectId);
+  if (!project) throw new NotFoundError(`project "${projectId}" does not exist`);
+  let head: Awaited<ReturnType<typeof resolveHead>>;
+  try {
+    head = await resolveHead(
+      {
+        forge: project.forge,
+        repo: project.repo,
+        repoUrl: project.repo_url,
+        forgeUrl: project.forge_url,
+        githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
+        token: forgeToken(ctx.keyring, project),
+      },
+      ref,
+    );
+  } catch (err) {
+    if (err instanceof ForgeUnavailableError) {
+      throw new UnavailableError(`${err.message}; give "sha" or try again`, { cause: err });
+    }
+    throw err;
+  }
+  if (!head.found) throw new ValidationError([{ path: 'ref', message: head.reason }]);
+  return head.sha;
+}
+
 /** Cancels a job (a 409 once it is finished) and posts its status; answers the job as cancelled. */
-export async function cancelJobNow(ctx: AppContext, jobId: string): Promise<JobView> {
+export async function cancelJobNow(
+  ctx: AppContext,
+  jobId: string,
+  by: Person = ADMIN_BEARER,
+): Promise<JobView> {
   await cancelJob(ctx.pool, jobId, 'cancelled through the API');
   await deliverJobStatus(ctx, jobId);
-  return getJobOnly(ctx.pool, jobId);
+  const view = await getJobOnly(ctx.pool, jobId);
+  await audit(ctx.pool, by, {
+    projectId: view.project_id,
+    jobId,
+    action: 'cancel',
+    detail: `job #${view.number}`,
+  });
+  return view;
 }
 
 /** Lets a blocked job go on; answers it as approved (pending), then dispatches its compile. */
-export async function approveBlockedJob(ctx: AppContext, jobId: string): Promise<JobView> {
+export async function approveBlockedJob(
+  ctx: AppContext,
+  jobId: string,
+  by: Person = ADMIN_BEARER,
+): Promise<JobView> {
   const approved = await approveJob(ctx.pool, jobId);
   const view = await getJobOnly(ctx.pool, jobId);
+  await audit(ctx.pool, by, {
+    projectId: view.project_id,
+    jobId,
+    action: 'approve',
+    detail: `job #${view.number}`,
+  });
   await triggerJob(ctx, approved);
   return view;
 }
@@ -85,8 +148,15 @@ export async function rerunFinishedJob(
   ctx: AppContext,
   jobId: string,
   failedOnly: boolean,
+  by: Person = ADMIN_BEARER,
 ): Promise<JobRow> {
   const { job } = await rerunJob(ctx.pool, jobId, failedOnly);
+  await audit(ctx.pool, by, {
+    projectId: job.project_id,
+    jobId,
+    action: 'rerun',
+    detail: `${failedOnly ? 'failed tasks only, ' : ''}as job #${job.number}`,
+  });
   await triggerJob(ctx, job);
   return job;
 }

@@ -1,9 +1,12 @@
 import type { AppContext } from '../context.ts';
 import { unavailability } from '../db/index.ts';
-import { hasOpenWork } from '../idle/work.ts';
+import { lookForWork, type WorkProbe } from '../idle/work.ts';
+import { syncWorkers } from '../idle/workers.ts';
 import { log } from '../log.ts';
 import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
+import { scheduleWork } from '../schedules/store.ts';
 import { dispatchCompile } from './dispatch.ts';
+import { type FireSummary, fireDueSchedules } from './schedules.ts';
 import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses.ts';
 
 /**
@@ -50,13 +53,19 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     { statuses_delivered: 0, statuses_superseded: 0, statuses_failed: 0, statuses_given_up: 0 },
     () => deliverStatuses(ctx.pool, ctx.keyring, statusOptions(ctx)),
   );
+  // Schedules due by now (lib/app/schedules.ts): one job per tick, whoever fires it.
+  const fired: FireSummary = await step(
+    'schedules',
+    { schedules_fired: 0, schedules_skipped: 0 },
+    () => fireDueSchedules(ctx),
+  );
   const purged = await step('retention', { log_chunks_purged: 0, jobs_purged: 0 }, () =>
     purgeExpired(ctx.pool, {
       logDays: ctx.config.CONDUCTOR_RETENTION_LOG_DAYS,
       jobDays: ctx.config.CONDUCTOR_RETENTION_JOB_DAYS,
     }),
   );
-  const summary = { ...repairs, deferred, ...statuses, ...purged, skipped };
+  const summary = { ...repairs, deferred, ...statuses, ...fired, ...purged, skipped };
   const { statuses_delivered: _d, skipped: _s, ...worth } = summary;
   if (skipped.length > 0 || deferred > 0) {
     log('warn', 'sweep left work for the next sweep', summary);
@@ -70,22 +79,37 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
 export const DAILY_EVENT = { conductor: 'daily' } as const;
 
 /**
+ * Work beyond the scheduler's that keeps the idle gate open or wakes it
+ * (lib/idle/work.ts, WorkProbe): time-based work (schedules) adds its probe
+ * here, answering `work` when something is due and `wakeAt` with the next.
+ */
+export const WORK_PROBES: WorkProbe[] = [scheduleWork];
+
+/**
  * The scheduled sweep: runSweep, answering its counts and what became of the
  * idle gate. With the gate closed, the minute's sweep answers
- * `{"gate": "closed"}` without a connection; the daily one sweeps regardless
+ * `{"gate": "closed"}` without a connection, unless a close was left pending
+ * or the wake time the close left has come; the daily one sweeps regardless
  * (retention, and a backstop for a gate left closed over work). After the
- * sweep, the gate closes when the database holds no open work.
+ * sweep, the gate closes when the database holds no work that can proceed.
  */
 export async function scheduledSweep(ctx: AppContext, opts: { deadline?: number; daily: boolean }) {
   const gate = ctx.gate;
-  if (gate && !opts.daily && !(await gate.store.isOpen())) return { gate: 'closed' as const };
+  const call = gate && !opts.daily ? await gate.sweepCall() : 'open';
+  if (call === 'closed') return { gate: 'closed' as const };
   const summary = await runSweep(ctx, { deadline: opts.deadline });
   if (!gate) return summary;
-  // Closing takes two reads and a write; a sweep out of time leaves the gate
-  // open, which costs the next sweep a connection and nothing else.
+  // Workers registered before the bucket kept token hashes, copied once.
+  await syncWorkers(ctx.pool, gate).catch((err) =>
+    log('warn', 'could not copy the workers into the idle gate', { err }),
+  );
+  // A sweep out of time leaves the gate as it is: open costs the next sweep
+  // a connection; a close left pending is finished by the next sweep.
   if (opts.deadline !== undefined && Date.now() > opts.deadline) {
     return { ...summary, gate: 'open' as const };
   }
-  const state = await gate.closeIfIdle(() => hasOpenWork(ctx.pool), { markerSeen: !opts.daily });
+  const state = await gate.closeIfIdle(() => lookForWork(ctx.pool, WORK_PROBES), {
+    markerSeen: call === 'open' && !opts.daily,
+  });
   return { ...summary, gate: state };
 }

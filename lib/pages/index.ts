@@ -14,9 +14,22 @@ import {
   type Reply,
   rawBody,
 } from '../http/index.ts';
+import {
+  createSession,
+  endSession,
+  findSession,
+  finishSignIn,
+  type PeopleGate,
+  type Person,
+  purgeEndedSessions,
+  SignInError,
+  STATE_COOKIE,
+  startSignIn,
+} from '../people/index.ts';
 import { readLog } from '../scheduler/task-log.ts';
 import {
   csrfToken,
+  isLoopbackHost,
   newSession,
   readSession,
   SESSION_COOKIE,
@@ -25,7 +38,9 @@ import {
   verifyCsrf,
   verifyJobLink,
 } from './access.ts';
+import { badgeReply } from './badge.ts';
 import { CLIENT_SCRIPT } from './client.ts';
+import { type Html, html, page } from './html.ts';
 import { earlierLog, liveJob, logSource, renderJobPage, type Viewer } from './job.ts';
 import {
   projectVisibility,
@@ -35,17 +50,30 @@ import {
   renderProject,
   VISIBILITY_SQL,
 } from './lists.ts';
+import { renderSignedIn, signInCookie } from './login.ts';
+import { renderBadgeSection, renderRunForm, renderSchedules } from './run.ts';
 
-/** What a page form asks of a job, answered by the admin route of the same name. */
+/**
+ * What a page form asks of a job, answered by the admin route of the same
+ * name, done and audited as `by` (the signed-in person).
+ */
 export type JobAction = (
-  action: 'cancel' | 'rerun' | 'approve',
+  // `run`: a manual run of the project whose id is `jobId` (the Run form).
+  action: 'cancel' | 'rerun' | 'approve' | 'unblock' | 'run',
   jobId: string,
   body: Record<string, unknown>,
   event: HttpEvent,
   ctx: AppContext,
+  by?: Person,
 ) => Promise<Reply>;
 
-type PageRoute = (event: HttpEvent, ctx: AppContext, act: JobAction) => Promise<Reply>;
+/** A page route; `people` (lib/app/people.ts) says what a signed-in person may do. */
+type PageRoute = (
+  event: HttpEvent,
+  ctx: AppContext,
+  act: JobAction,
+  people: PeopleGate,
+) => Promise<Reply>;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const SCRIPT_HASH = createHash('sha256').update(CLIENT_SCRIPT).digest('base64');
@@ -79,8 +107,31 @@ function cookie(event: HttpEvent, name: string): string | undefined {
   return undefined;
 }
 
+/**
+ * A session cookie this server signed, not expired: said without the
+ * database (the idle gate's pages). Whether it is still open (not signed out)
+ * and who it is, is signedInAs's: use that for anything but the idle page.
+ */
 function sessionOf(event: HttpEvent, ctx: AppContext): Session | null {
   return readSession(ctx.keyring, ctx.adminToken, cookie(event, SESSION_COOKIE));
+}
+
+/** The open session of the request and its person (a row in PostgreSQL), or null. */
+export async function signedInAs(
+  event: HttpEvent,
+  ctx: AppContext,
+): Promise<{ session: Session; person: Person } | null> {
+  const session = sessionOf(event, ctx);
+  if (!session) return null;
+  const person = await findSession(ctx.pool, session.id);
+  return person ? { session, person } : null;
+}
+
+/** A refusal as a page: 403 with the reason, or 503 when the forge did not answer. */
+export function refused(status: 403 | 503, reason: string, viewer: Viewer): Reply {
+  return htmlReply(status, renderError(status, reason, viewer), {
+    ...(status === 503 ? { headers: { 'retry-after': '5' } } : {}),
+  });
 }
 
 function viewerOf(ctx: AppContext, session: Session | null): Viewer {
@@ -136,6 +187,18 @@ export function safeNext(next: string | null | undefined): string {
   return url.origin === SITE && pathShaped(path) ? path : '/';
 }
 
+/**
+ * Where the forge sends a person back: under CONDUCTOR_PUBLIC_URL, else the
+ * host the request came to (http on loopback, else https, as API Gateway
+ * serves it).
+ */
+function callbackUrl(event: HttpEvent, ctx: AppContext, forge: string): string {
+  const host = header(event, 'host') ?? event.requestContext?.domainName ?? 'localhost';
+  const base =
+    ctx.config.CONDUCTOR_PUBLIC_URL ?? `${isLoopbackHost(host) ? 'http' : 'https'}://${host}`;
+  return `${base.replace(/\/+$/, '')}/login/${forge}/callback`;
+}
+
 function here(event: HttpEvent): string {
   return event.rawQueryString ? `${event.rawPath}?${event.rawQueryString}` : event.rawPath;
 }
@@ -151,13 +214,19 @@ const toLogin = (event: HttpEvent) => redirect(`/login?next=${encodeURIComponent
 async function jobAccess(
   event: HttpEvent,
   ctx: AppContext,
+  people: PeopleGate,
 ): Promise<{ jobId: string; viewer: Viewer } | Reply> {
   const raw = pathParam(event, 'id');
   const jobId = UUID.test(raw) ? raw.toLowerCase() : null;
-  const session = sessionOf(event, ctx);
-  if (session) {
+  const who = await signedInAs(event, ctx);
+  if (who) {
     if (!jobId) throw new NotFoundError(`job ${raw} does not exist`);
-    return { jobId, viewer: viewerOf(ctx, session) };
+    const viewer = viewerOf(ctx, who.session);
+    if (who.person.kind === 'forge') {
+      const decision = await people.may(ctx, who.person, await projectOfJob(ctx, jobId), 'view');
+      if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
+    }
+    return { jobId, viewer };
   }
   const sig = event.queryStringParameters?.sig;
   if (jobId && sig !== undefined && verifyJobLink(ctx.keyring, jobId, sig)) {
@@ -180,11 +249,37 @@ async function jobAccess(
   return toLogin(event);
 }
 
+/** The project a job belongs to; a 404 when there is no such job. */
+export async function projectOfJob(ctx: AppContext, jobId: string): Promise<string> {
+  const { rows } = await ctx.pool.query<{ project_id: string }>(
+    'select project_id from jobs where id = $1',
+    [jobId],
+  );
+  if (!rows[0]) throw new NotFoundError(`job ${jobId} does not exist`);
+  return rows[0].project_id;
+}
+
+/** The projects a person signed in with a forge may read (each asked of the forge, cached). */
+async function readableProjects(
+  ctx: AppContext,
+  people: PeopleGate,
+  person: Person & { kind: 'forge' },
+): Promise<string[]> {
+  const { rows } = await ctx.pool.query<{ id: string }>(
+    'select id from projects where forge = $1 order by id',
+    [person.forge],
+  );
+  const allowed = await Promise.all(
+    rows.map(async (p) => ((await people.may(ctx, person, p.id, 'view')).allowed ? p.id : null)),
+  );
+  return allowed.filter((id): id is string => id !== null);
+}
+
 /** Errors of a page as a page: the status and message a person can read. */
 function asPage(route: PageRoute): PageRoute {
-  return async (event, ctx, act) => {
+  return async (event, ctx, act, people) => {
     try {
-      return await route(event, ctx, act);
+      return await route(event, ctx, act, people);
     } catch (err) {
       if (!(err instanceof AppError) || !err.expose) throw err;
       const viewer = viewerOf(ctx, sessionOf(event, ctx));
@@ -236,10 +331,11 @@ const adminTokenIs = (given: string, adminToken: string) =>
 
 /** A job form: a session and its CSRF token, then the admin route's own code. */
 function jobForm(action: 'cancel' | 'rerun' | 'approve'): PageRoute {
-  return asPage(async (event, ctx, act) => {
-    const session = sessionOf(event, ctx);
+  return asPage(async (event, ctx, act, people) => {
+    const who = await signedInAs(event, ctx);
     const jobId = pathParam(event, 'id');
-    if (!session) return toLogin(event);
+    if (!who) return toLogin(event);
+    const { session, person } = who;
     const fields = form(event);
     const viewer = viewerOf(ctx, session);
     if (!verifyCsrf(ctx.keyring, session, fields.get('csrf') ?? undefined)) {
@@ -253,34 +349,174 @@ function jobForm(action: 'cancel' | 'rerun' | 'approve'): PageRoute {
       );
     }
     if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
+    const decision = await people.may(ctx, person, await projectOfJob(ctx, jobId), action);
+    if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
     const body = action === 'rerun' ? { failed_only: fields.get('failed_only') === 'true' } : {};
-    const reply = await act(action, jobId.toLowerCase(), body, event, ctx);
+    const reply = await act(action, jobId.toLowerCase(), body, event, ctx, person);
     const created = (reply.body as { job_id?: string } | undefined)?.job_id;
     return redirect(`/jobs/${created ?? jobId.toLowerCase()}`);
   });
 }
 
+/**
+ * The unblock form of a blocked task: a session and its CSRF token, then the
+ * unblock with the form's `field.<name>` values. A refusal (a missing field,
+ * a task no longer blocked) is shown on a page of its own with the reason.
+ */
+const unblockForm: PageRoute = asPage(async (event, ctx, act) => {
+  const session = sessionOf(event, ctx);
+  const jobId = pathParam(event, 'id');
+  if (!session) return toLogin(event);
+  const fields = form(event);
+  const viewer = viewerOf(ctx, session);
+  if (!verifyCsrf(ctx.keyring, session, fields.get('csrf') ?? undefined)) {
+    return htmlReply(
+      403,
+      renderError(
+        403,
+        'The form was stale or not sent from this site: reload the page and try again.',
+        viewer,
+      ),
+    );
+  }
+  if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
+  const values: Record<string, string> = {};
+  for (const [key, value] of fields) {
+    if (key.startsWith('field.')) values[key.slice('field.'.length)] = value;
+  }
+  const task = pathParam(event, 'name');
+  await act('unblock', jobId.toLowerCase(), { task, fields: values }, event, ctx);
+  return redirect(`/jobs/${jobId.toLowerCase()}`);
+});
+
+const BadgeQuery = z.object({
+  ref: z.string().max(1024).optional(),
+  sig: z.string().max(100).optional(),
+});
+
+/** This site's origin, for links that leave it (the badge's Markdown). */
+function siteOrigin(event: HttpEvent, ctx: AppContext): string {
+  if (ctx.config.CONDUCTOR_PUBLIC_URL) return ctx.config.CONDUCTOR_PUBLIC_URL.replace(/\/+$/, '');
+  const host = header(event, 'host') ?? event.requestContext?.domainName ?? 'localhost';
+  return `${isLoopbackHost(host) ? 'http' : 'https'}://${host}`;
+}
+
+/**
+ * Whether the signed-in person may start runs of the project (the Run form):
+ * the one check the form and its page ask, as lib/app/people.ts decides
+ * `run` (the admin token: yes; a forge person: write access).
+ */
+async function mayRun(
+  ctx: AppContext,
+  people: PeopleGate,
+  person: Person,
+  projectId: string,
+): Promise<{ allowed: true } | { allowed: false; status: 403 | 503; reason: string }> {
+  return people.may(ctx, person, projectId, 'run');
+}
+
+/** The Run form (for those who may run), the schedules and the badge, under the project's jobs. */
+async function projectExtras(
+  event: HttpEvent,
+  ctx: AppContext,
+  people: PeopleGate,
+  id: string,
+  who: { session: Session; person: Person } | null,
+  visibility: string,
+): Promise<Html | string> {
+  const parts: Array<Html | string> = [];
+  if (who && (await mayRun(ctx, people, who.person, id)).allowed) {
+    parts.push(await renderRunForm(ctx.pool, id, csrfToken(ctx.keyring, who.session)));
+  }
+  parts.push(await renderSchedules(ctx.pool, id));
+  // A private project's signed badge URL only for those signed in.
+  if (visibility === 'public' || who) {
+    parts.push(
+      renderBadgeSection(ctx.keyring, id, siteOrigin(event, ctx), visibility === 'public'),
+    );
+  }
+  return html`${parts}`;
+}
+
+/**
+ * The Run form's post: a session, its CSRF token and the right to run, then
+ * the manual trigger with the form's ref and `input.<name>` values; answers
+ * the new job's page. A bad ref or input shape is a page with the reason; a
+ * value the pipeline refuses fails the job, which says why.
+ */
+const runForm: PageRoute = asPage(async (event, ctx, act, people) => {
+  const who = await signedInAs(event, ctx);
+  if (!who) return toLogin(event);
+  const projectId = pathParam(event, 'id');
+  const fields = form(event);
+  const viewer = viewerOf(ctx, who.session);
+  if (!verifyCsrf(ctx.keyring, who.session, fields.get('csrf') ?? undefined)) {
+    return htmlReply(
+      403,
+      renderError(
+        403,
+        'The form was stale or not sent from this site: reload the page and try again.',
+        viewer,
+      ),
+    );
+  }
+  const decision = await mayRun(ctx, people, who.person, projectId);
+  if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
+  const inputs: Record<string, string> = {};
+  for (const [key, value] of fields) {
+    // An optional choice left blank is not given.
+    if (key.startsWith('input.') && value !== '') inputs[key.slice('input.'.length)] = value;
+  }
+  const reply = await act(
+    'run',
+    projectId,
+    { ref: fields.get('ref') ?? '', inputs },
+    event,
+    ctx,
+    who.person,
+  );
+  const created = (reply.body as { job_id?: string } | undefined)?.job_id;
+  return redirect(created ? `/jobs/${created}` : `/projects/${encodeURIComponent(projectId)}`);
+});
+
 /** Every page route by its route key (lib/http/routes.ts). */
 export const PAGE_ROUTES: Record<string, PageRoute> = {
-  'GET /': asPage(async (event, ctx) => {
-    const viewer = viewerOf(ctx, sessionOf(event, ctx));
-    return htmlReply(200, await renderHome(ctx.pool, viewer));
+  'GET /': asPage(async (event, ctx, _act, people) => {
+    const who = await signedInAs(event, ctx);
+    const viewer = viewerOf(ctx, who?.session ?? null);
+    // A person signed in with a forge sees the projects that forge lets them read.
+    const only =
+      who?.person.kind === 'forge' ? await readableProjects(ctx, people, who.person) : undefined;
+    return htmlReply(200, await renderHome(ctx.pool, { ...viewer, only }));
   }),
-  'GET /projects/{id}': asPage(async (event, ctx) => {
+  'GET /projects/{id}': asPage(async (event, ctx, _act, people) => {
     const id = pathParam(event, 'id');
-    const session = sessionOf(event, ctx);
-    if (!session && (await projectVisibility(ctx.pool, id)) !== 'public') return toLogin(event);
+    const who = await signedInAs(event, ctx);
+    const viewer = viewerOf(ctx, who?.session ?? null);
+    const visibility = await projectVisibility(ctx.pool, id);
+    if (!who && visibility !== 'public') return toLogin(event);
+    if (who?.person.kind === 'forge' && visibility !== null) {
+      const decision = await people.may(ctx, who.person, id, 'view');
+      if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
+    }
     const { before } = queryParams(event, ProjectQuery);
-    return htmlReply(200, await renderProject(ctx.pool, id, viewerOf(ctx, session), before));
+    const extras =
+      visibility === null ? '' : await projectExtras(event, ctx, people, id, who, visibility);
+    return htmlReply(200, await renderProject(ctx.pool, id, viewer, before, Date.now(), extras));
   }),
-  'GET /jobs/{id}': asPage(async (event, ctx) => {
-    const access = await jobAccess(event, ctx);
+  'POST /projects/{id}/run': runForm,
+  'GET /projects/{id}/badge.svg': async (event, ctx) => {
+    const { ref, sig } = queryParams(event, BadgeQuery);
+    return badgeReply(ctx.pool, ctx.keyring, pathParam(event, 'id'), { ref, sig });
+  },
+  'GET /jobs/{id}': asPage(async (event, ctx, _act, people) => {
+    const access = await jobAccess(event, ctx, people);
     if (!('jobId' in access)) return access;
     const query = queryParams(event, JobPageQuery);
     return htmlReply(200, await renderJobPage(ctx.pool, access.jobId, access.viewer, query));
   }),
-  'GET /jobs/{id}/live': async (event, ctx) => {
-    const access = await jobAccess(event, ctx);
+  'GET /jobs/{id}/live': async (event, ctx, _act, people) => {
+    const access = await jobAccess(event, ctx, people);
     if (!('jobId' in access)) return access;
     const query = queryParams(event, LiveQuery);
     return {
@@ -289,8 +525,8 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
       headers: { 'cache-control': 'no-store' },
     };
   },
-  'GET /jobs/{id}/log': async (event, ctx) => {
-    const access = await jobAccess(event, ctx);
+  'GET /jobs/{id}/log': async (event, ctx, _act, people) => {
+    const access = await jobAccess(event, ctx, people);
     if (!('jobId' in access)) return access;
     const q = queryParams(event, LogQuery);
     return {
@@ -299,8 +535,8 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
       headers: { 'cache-control': 'no-store' },
     };
   },
-  'GET /jobs/{id}/raw': async (event, ctx) => {
-    const access = await jobAccess(event, ctx);
+  'GET /jobs/{id}/raw': async (event, ctx, _act, people) => {
+    const access = await jobAccess(event, ctx, people);
     if (!('jobId' in access)) return access;
     const q = queryParams(event, RawQuery);
     const source = await logSource(ctx.pool, access.jobId, q.task);
@@ -320,10 +556,59 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
   'POST /jobs/{id}/cancel': jobForm('cancel'),
   'POST /jobs/{id}/rerun': jobForm('rerun'),
   'POST /jobs/{id}/approve': jobForm('approve'),
-  'GET /login': asPage(async (event, ctx) => {
+  'POST /jobs/{id}/tasks/{name}/unblock': unblockForm,
+  'GET /login': asPage(async (event, ctx, _act, people) => {
     const next = safeNext(event.queryStringParameters?.next);
-    if (sessionOf(event, ctx)) return redirect(next);
-    return htmlReply(200, renderLogin({ next, signedIn: false }));
+    // Without a signed cookie the database is not asked (the idle gate's sign-in page).
+    if (sessionOf(event, ctx) && (await signedInAs(event, ctx))) return redirect(next);
+    return htmlReply(200, renderLogin({ next, signedIn: false, forges: people.signInForges(ctx) }));
+  }),
+  'GET /login/{forge}': asPage(async (event, ctx, _act, people) => {
+    const name = pathParam(event, 'forge');
+    const forge = await people.oauthForge(ctx, name);
+    if (!forge) throw new NotFoundError(`there is no sign-in with ${name} here`);
+    const next = safeNext(event.queryStringParameters?.next);
+    const callback = callbackUrl(event, ctx, forge.forge);
+    const { url, state } = await startSignIn(ctx.pool, forge, callback, next);
+    return {
+      status: 302,
+      headers: { location: url, 'cache-control': 'no-store' },
+      cookies: [signInCookie(state, forge.forge, header(event, 'host'))],
+    };
+  }),
+  'GET /login/{forge}/callback': asPage(async (event, ctx, _act, people) => {
+    const name = pathParam(event, 'forge');
+    const forge = await people.oauthForge(ctx, name);
+    if (!forge) throw new NotFoundError(`there is no sign-in with ${name} here`);
+    const host = header(event, 'host');
+    const callback = callbackUrl(event, ctx, forge.forge);
+    // The state is good once: the browser's copy goes whatever happens.
+    const forget = signInCookie(null, forge.forge, host);
+    try {
+      const { login, next } = await finishSignIn(
+        ctx.pool,
+        forge,
+        callback,
+        new URL(`${callback}?${event.rawQueryString ?? ''}`),
+        cookie(event, STATE_COOKIE),
+      );
+      const cookieSession = newSession(ctx.keyring, ctx.adminToken);
+      await createSession(ctx.pool, cookieSession.id, cookieSession.expiresS, {
+        kind: 'forge',
+        forge: forge.forge,
+        login,
+      });
+      await purgeEndedSessions(ctx.pool);
+      return htmlReply(200, renderSignedIn(forge.forge, login, next), {
+        cookies: [sessionCookie(cookieSession.value, host), forget],
+      });
+    } catch (err) {
+      if (!(err instanceof SignInError)) throw err;
+      return htmlReply(err.status, renderError(err.status, err.message, { signedIn: false }), {
+        cookies: [forget],
+        ...(err.status === 503 ? { headers: { 'retry-after': '5' } } : {}),
+      });
+    }
   }),
   'POST /login': asPage(async (event, ctx) => {
     const fields = form(event);
@@ -336,6 +621,8 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
       );
     }
     const session = newSession(ctx.keyring, ctx.adminToken);
+    await createSession(ctx.pool, session.id, session.expiresS, { kind: 'admin' });
+    await purgeEndedSessions(ctx.pool);
     return redirect(next, [sessionCookie(session.value, header(event, 'host'))]);
   }),
   'POST /logout': asPage(async (event, ctx) => {
@@ -350,6 +637,34 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
         ),
       );
     }
+    // The row goes: the cookie, wherever a copy of it is, opens nothing from now on.
+    if (session) await endSession(ctx.pool, session.id);
     return redirect('/', [sessionCookie(null, header(event, 'host'))]);
   }),
 };
+
+/**
+ * What a closed idle gate answers an anonymous visitor's page without the
+ * database (no job can proceed, and the database may be paused: a stranger
+ * must not wake it): a page saying Conductor is idle, with the way to sign
+ * in. Undefined for anything else: a signed-in viewer, a valid signed job
+ * link, the sign-in page, a form, an open gate.
+ */
+export async function idlePage(event: HttpEvent, ctx: AppContext): Promise<Reply | undefined> {
+  if (!ctx.gate || (event.requestContext?.http?.method ?? 'GET') !== 'GET') return undefined;
+  if (event.rawPath === '/login' || sessionOf(event, ctx)) return undefined;
+  const sig = event.queryStringParameters?.sig;
+  const jobId = /^\/jobs\/([^/]+)/.exec(event.rawPath)?.[1];
+  if (sig !== undefined && jobId && UUID.test(jobId) && verifyJobLink(ctx.keyring, jobId, sig)) {
+    return undefined;
+  }
+  if (await ctx.gate.mayHaveWork()) return undefined;
+  return htmlReply(
+    200,
+    page({
+      title: 'Idle',
+      body: html`<h1>Conductor is idle</h1><p>Nothing is running, and its database is paused until work comes. Signed-in people see every page as usual.</p><p><a href="/login?next=${encodeURIComponent(event.rawPath)}">Sign in</a></p>`,
+      signedIn: false,
+    }),
+  );
+}

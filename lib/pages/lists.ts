@@ -41,10 +41,14 @@ function jobTable(jobs: JobLine[], now: number): Html {
   return html`<div class="scroll"><table><thead><tr><th>job</th><th>state</th><th class="wide">trigger</th><th>ref</th><th class="wide">commit</th><th>started</th><th>duration</th></tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
-/** `/`: every project a viewer may read (the public ones, or all when signed in), with its latest jobs. */
+/**
+ * `/`: every project a viewer may read (the public ones, or all when signed
+ * in; with `only`, a person signed in with a forge: the public ones and those),
+ * with its latest jobs.
+ */
 export async function renderHome(
   db: Queryable,
-  viewer: { signedIn: boolean; csrf?: string },
+  viewer: { signedIn: boolean; csrf?: string; only?: string[] | undefined },
   now = Date.now(),
 ): Promise<string> {
   const { rows } = await db.query<ProjectLine>(
@@ -55,9 +59,9 @@ export async function renderHome(
                                 from jobs where project_id = p.id
                                order by number desc limit $2) j), '[]'::jsonb) as jobs
        from projects p
-      where $1 or ${VISIBILITY_SQL} = 'public'
+      where ($1 and $3::text[] is null) or ${VISIBILITY_SQL} = 'public' or p.id = any ($3::text[])
       order by p.name, p.id`,
-    [viewer.signedIn, LATEST],
+    [viewer.signedIn, LATEST, viewer.only ?? null],
   );
   const cards = rows.map(
     (p) =>
@@ -87,6 +91,8 @@ export async function renderProject(
   viewer: { signedIn: boolean; csrf?: string },
   before: number | undefined,
   now = Date.now(),
+  /** The Run form, schedules and badge (lib/pages/run.ts), below the jobs. */
+  extras: Html | string = '',
 ): Promise<string> {
   const { rows } = await db.query<{ id: string; name: string; repo: string }>(
     'select id, name, repo from projects where id = $1',
@@ -100,7 +106,7 @@ export async function renderProject(
   const last = shown[shown.length - 1];
   const pager = html`<nav class="pager" aria-label="pages">${before ? html`<a href="/projects/${encodeURIComponent(id)}">Newest</a>` : ''}${more && last ? html`<a href="/projects/${encodeURIComponent(id)}?before=${last.number}">Older jobs</a>` : ''}</nav>`;
   const workers = viewer.signedIn ? await workersFor(db, id, now) : html``;
-  const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}${workers}`;
+  const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}${extras}${workers}`;
   return page({ title: project.name, body, signedIn: viewer.signedIn, csrf: viewer.csrf });
 }
 
@@ -138,9 +144,19 @@ async function workersFor(db: Queryable, projectId: string, now: number): Promis
   return html`<h2>Workers</h2><div class="scroll"><table><thead><tr><th>worker</th><th>pool</th><th>labels</th><th>claims tasks of</th><th>last seen</th></tr></thead><tbody>${lines}</tbody></table></div>`;
 }
 
-/** `/login`: the admin token form; `next` is where to go once signed in. */
-export function renderLogin(opts: { next: string; error?: string; signedIn: boolean }): string {
+/** `/login`: each configured forge's sign-in, and the admin token form; `next` is where to go once signed in. */
+export function renderLogin(opts: {
+  next: string;
+  error?: string;
+  signedIn: boolean;
+  forges?: readonly ('github' | 'gitea')[];
+}): string {
+  const forges = (opts.forges ?? []).map(
+    (f) =>
+      html`<p><a class="button" data-sign-in="${f}" href="/login/${f}?next=${encodeURIComponent(opts.next)}">Sign in with ${f === 'github' ? 'GitHub' : 'Gitea'}</a></p>`,
+  );
   const body = html`<h1>Sign in</h1>
+${forges.length ? html`${forges}<p class="muted">You may do on a project what the forge lets you do on its repository: read to see it, write to rerun, cancel or approve.</p><h2>Admin token</h2>` : ''}
 <p>Sign in with the admin token (<code>npm start</code> prints it; deployed, it is in the app secret).</p>
 ${opts.error ? html`<p class="errors" role="alert">${opts.error}</p>` : ''}
 <form method="post" action="/login">

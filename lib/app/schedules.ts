@@ -1,0 +1,386 @@
+// Schedules (issue #29): the admin API's create, list, change and delete, and
+// the tick that fires what is due. A tick asks the forge for the ref's head
+// outside any transaction, then, in one transaction, takes the (schedule,
+// tick) row, moves the schedule to its next tick and creates the job: two
+// tickers racing make one job, and a crash leaves either all of it or none.
+import { z } from 'zod';
+import type { AppContext } from '../context.ts';
+import { SQLSTATE, sqlState, transaction } from '../db/index.ts';
+import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
+import { type HeadResult, resolveHead } from '../forge/branch.ts';
+import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
+import { log } from '../log.ts';
+import { createJobTx } from '../scheduler/jobs.ts';
+import type { JobRow } from '../scheduler/types.ts';
+import {
+  CATCH_UP_NONE_GRACE_MS,
+  cronProblem,
+  jitterSeconds,
+  latestTick,
+  nextDue,
+  timezoneProblem,
+} from '../schedules/cron.ts';
+import {
+  advanceSchedule,
+  claimTick,
+  type DueSchedule,
+  deleteSchedule,
+  dueSchedules,
+  getSchedule,
+  insertSchedule,
+  listSchedules,
+  type NewSchedule,
+  noteScheduleError,
+  noteTickJob,
+  type ScheduleRow,
+  updateSchedule,
+} from '../schedules/store.ts';
+import { SCHEDULE_CATCH_UP } from '../states.ts';
+import { forgeToken, getProject, getProjectRow } from './projects.ts';
+import { triggerJob } from './trigger.ts';
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
+
+const RefSchema = z
+  .string()
+  .min(1)
+  .max(1024)
+  .refine((r) => !/\s/.test(r), 'must not contain white space');
+
+/** Input values as the pipeline's `inputs:` takes them. */
+export const InputValuesSchema = z
+  .record(
+    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an input name is letters, digits and _'),
+    z.union([z.string().max(4096), z.number(), z.boolean()]),
+  )
+  .refine((v) => Object.keys(v).length <= 50, 'at most 50 inputs');
+
+const CronSchema = z
+  .string()
+  .trim()
+  .min(1)
+  .max(200)
+  .superRefine((cron, ctx) => {
+    const problem = cronProblem(cron);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
+
+const TimezoneSchema = z
+  .string()
+  .min(1)
+  .max(100)
+  .superRefine((tz, ctx) => {
+    const problem = timezoneProblem(tz);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  });
+
+export const ScheduleCreateSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(NAME, 'letters, digits, _, . and -, at most 63, starting with a letter or digit'),
+  cron: CronSchema,
+  timezone: TimezoneSchema.default('UTC'),
+  ref: RefSchema.nullable().optional(),
+  inputs: InputValuesSchema.default({}),
+  enabled: z.boolean().default(true),
+  catch_up: z.enum(SCHEDULE_CATCH_UP).default('latest'),
+});
+export type ScheduleCreate = z.infer<typeof ScheduleCreateSchema>;
+
+export const ScheduleUpdateSchema = z.strictObject({
+  cron: CronSchema.optional(),
+  timezone: TimezoneSchema.optional(),
+  ref: RefSchema.nullable().optional(),
+  inputs: InputValuesSchema.optional(),
+  enabled: z.boolean().optional(),
+  catch_up: z.enum(SCHEDULE_CATCH_UP).optional(),
+});
+export type ScheduleUpdate = z.infer<typeof ScheduleUpdateSchema>;
+
+/** A schedule as the API answers it. */
+export interface ScheduleView {
+  name: string;
+  project_id: string;
+  cron: string;
+  timezone: string;
+  /** null: the repository's default branch. */
+  ref: string | null;
+  inputs: Record<string, string | number | boolean>;
+  enabled: boolean;
+  catch_up: string;
+  /** The next tick as the cron expression says it; the job starts up to `jitter_s` later. */
+  next_run_at: Date | null;
+  jitter_s: number;
+  last_run_at: Date | null;
+  last_job_id: string | null;
+  last_error: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** A stored schedule as the API shows it. */
+export function scheduleView(row: ScheduleRow): ScheduleView {
+  return {
+    name: row.name,
+    project_id: row.project_id,
+    cron: row.cron,
+    timezone: row.timezone,
+    ref: row.ref,
+    inputs: row.inputs,
+    enabled: row.enabled,
+    catch_up: row.catch_up,
+    next_run_at: row.next_run_at,
+    jitter_s: jitterSeconds(row.project_id, row.name),
+    last_run_at: row.last_run_at,
+    last_job_id: row.last_job_id,
+    last_error: row.last_error,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
+
+/** The settings with the next tick after `now` (none while disabled). */
+function planned(
+  projectId: string,
+  s: Omit<NewSchedule, 'nextRunAt' | 'dueAt' | 'projectId'>,
+  now: Date,
+): NewSchedule {
+  const due = s.enabled ? nextDue({ ...s, projectId }, now) : null;
+  return { ...s, projectId, nextRunAt: due?.tick ?? null, dueAt: due?.dueAt ?? null };
+}
+
+/** Creates a schedule of the project (409 when the name is taken); `now` is the test's clock. */
+export async function createSchedule(
+  ctx: AppContext,
+  projectId: string,
+  input: ScheduleCreate,
+  now = new Date(),
+): Promise<ScheduleView> {
+  await getProject(ctx.pool, projectId);
+  const row = planned(
+    projectId,
+    {
+      name: input.name,
+      cron: input.cron,
+      timezone: input.timezone,
+      ref: input.ref ?? null,
+      inputs: input.inputs,
+      enabled: input.enabled,
+      catchUp: input.catch_up,
+    },
+    now,
+  );
+  try {
+    return scheduleView(await transaction(ctx.pool, (tx) => insertSchedule(tx, row)));
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.uniqueViolation) {
+      throw new ConflictError(
+        `project "${projectId}" has a schedule named "${input.name}" already`,
+      );
+    }
+    throw err;
+  }
+}
+
+/** The project's schedules (a 404 for a project that does not exist). */
+export async function projectSchedules(
+  ctx: AppContext,
+  projectId: string,
+): Promise<ScheduleView[]> {
+  await getProject(ctx.pool, projectId);
+  return (await listSchedules(ctx.pool, projectId)).map(scheduleView);
+}
+
+/**
+ * Changes a schedule; its next tick is computed again from `now` when the
+ * cron, time zone or enabled changed (a disabled schedule has none).
+ */
+export async function changeSchedule(
+  ctx: AppContext,
+  projectId: string,
+  name: string,
+  input: ScheduleUpdate,
+  now = new Date(),
+): Promise<ScheduleView> {
+  await getProject(ctx.pool, projectId);
+  const row = await transaction(ctx.pool, async (tx) => {
+    const old = await getSchedule(tx, projectId, name, true);
+    if (!old) throw new NotFoundError(`project "${projectId}" has no schedule named "${name}"`);
+    const settings = {
+      name,
+      cron: input.cron ?? old.cron,
+      timezone: input.timezone ?? old.timezone,
+      ref: input.ref === undefined ? old.ref : input.ref,
+      inputs: input.inputs ?? old.inputs,
+      enabled: input.enabled ?? old.enabled,
+      catchUp: input.catch_up ?? old.catch_up,
+    };
+    const retimed =
+      settings.cron !== old.cron ||
+      settings.timezone !== old.timezone ||
+      settings.enabled !== old.enabled ||
+      (settings.enabled && old.next_run_at === null);
+    const next = retimed
+      ? planned(projectId, settings, now)
+      : { ...settings, projectId, nextRunAt: old.next_run_at, dueAt: old.due_at };
+    return updateSchedule(tx, next);
+  });
+  return scheduleView(row);
+}
+
+/** Deletes a schedule (404 when it does not exist); its jobs stay. */
+export async function removeSchedule(
+  ctx: AppContext,
+  projectId: string,
+  name: string,
+): Promise<void> {
+  await getProject(ctx.pool, projectId);
+  const gone = await transaction(ctx.pool, (tx) => deleteSchedule(tx, projectId, name));
+  if (!gone) throw new NotFoundError(`project "${projectId}" has no schedule named "${name}"`);
+}
+
+/** What one tick did, for the sweep's summary. */
+export interface FireSummary {
+  schedules_fired: number;
+  schedules_skipped: number;
+}
+
+// Git's name for "no commit": the sha of a scheduled job whose ref has no head.
+const NO_COMMIT = '0'.repeat(40);
+const BATCH = 50;
+
+/**
+ * Fires the schedules due by `now` (the sweep's tick; tests pass their
+ * clock): for each, the tick to fire (the latest one passed under
+ * `catch_up: latest`, so a gap fires once; under `none`, a tick more than
+ * five minutes late is skipped), the ref's head from the forge, then the job
+ * in one transaction with the (schedule, tick) row. A schedule of a disabled
+ * project moves on without firing. A ref with no head, or no forge access,
+ * makes a failed job saying why and sets `last_error`; a forge that does not
+ * answer leaves the schedule due for the next tick.
+ */
+export async function fireDueSchedules(ctx: AppContext, now = new Date()): Promise<FireSummary> {
+  const summary: FireSummary = { schedules_fired: 0, schedules_skipped: 0 };
+  const due = await dueSchedules(ctx.pool, now, BATCH);
+  for (const schedule of due) {
+    const outcome = await fireOne(ctx, schedule, now);
+    if (outcome === 'fired') summary.schedules_fired++;
+    else if (outcome === 'skipped') summary.schedules_skipped++;
+  }
+  return summary;
+}
+
+async function fireOne(
+  ctx: AppContext,
+  s: DueSchedule,
+  now: Date,
+): Promise<'fired' | 'skipped' | 'lost' | 'deferred'> {
+  const from = s.next_run_at!;
+  const tick = latestTick(s.cron, s.timezone, new Date(from.getTime() - 1), now) ?? from;
+  const next = nextDue(
+    { cron: s.cron, timezone: s.timezone, projectId: s.project_id, name: s.name },
+    tick,
+  );
+  const late = now.getTime() - tick.getTime();
+  if (!s.project_enabled || (s.catch_up === 'none' && late > CATCH_UP_NONE_GRACE_MS)) {
+    // Nothing fires; the schedule moves past what it missed.
+    const moved = await transaction(ctx.pool, (tx) => advanceSchedule(tx, s.id, from, next));
+    return moved ? 'skipped' : 'lost';
+  }
+
+  const project = await getProjectRow(ctx.pool, s.project_id);
+  if (!project) return 'lost';
+  let head: HeadResult;
+  try {
+    head = await resolveHead(
+      {
+        forge: project.forge,
+        repo: project.repo,
+        repoUrl: project.repo_url,
+        forgeUrl: project.forge_url,
+        githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
+        token: forgeToken(ctx.keyring, project),
+      },
+      s.ref,
+    );
+  } catch (err) {
+    if (!(err instanceof ForgeUnavailableError)) throw err;
+    // Left due: the next tick asks again, and fires the latest tick then.
+    await transaction(ctx.pool, (tx) => noteScheduleError(tx, s.id, err.message));
+    log('warn', 'schedule: the forge did not answer; the next tick tries again', {
+      project_id: s.project_id,
+      schedule: s.name,
+      err,
+    });
+    return 'deferred';
+  }
+
+  const reason = head.found ? null : `schedule ${s.name}: ${head.reason}`;
+  const created = await transaction(
+    ctx.pool,
+    async (tx): Promise<JobRow | null> => {
+      // The guard: whoever takes the tick's row makes the job. The schedule's
+      // conditional move then settles a ticker that read an older tick.
+      if (!(await claimTick(tx, s.id, tick))) return null;
+      const { job } = await createJobTx(tx, {
+        projectId: s.project_id,
+        ref: head.found ? head.ref : s.ref ? fullRef(s.ref) : 'HEAD',
+        sha: head.found ? head.sha : NO_COMMIT,
+        trigger: 'schedule',
+        trusted: true,
+        trustReason: `schedule ${s.name}`,
+        inputs: Object.keys(s.inputs).length > 0 ? s.inputs : null,
+        scheduleName: s.name,
+      });
+      if (
+        !(await advanceSchedule(tx, s.id, from, next, { at: now, jobId: job.id, error: reason }))
+      ) {
+        throw new TickLost();
+      }
+      await noteTickJob(tx, s.id, tick, job.id);
+      if (reason !== null) {
+        // Failed at once, saying why; no commit status (there is no commit).
+        await tx.query('delete from status_outbox where job_id = $1', [job.id]);
+        const failed = await tx.query<JobRow>(
+          `update jobs set state = 'failed', error = $2, finished_at = now()
+            where id = $1 returning *`,
+          [job.id, reason],
+        );
+        return failed.rows[0]!;
+      }
+      return job;
+    },
+    // REPEATABLE READ with immediate retries, as every job creation: a
+    // second ticker's insert of the same tick waits for the first's commit,
+    // then finds the row (or fails with 40001 and retries to find it).
+    { isolation: 'repeatable read', immediate: true, maxRetries: 64 },
+  ).catch((err) => {
+    if (err instanceof TickLost) return null;
+    throw err;
+  });
+  if (created === null) return 'lost';
+  if (created.state === 'pending') await triggerJob(ctx, created);
+  return 'fired';
+}
+
+/** Another ticker moved the schedule first: this one's transaction rolls back. */
+class TickLost extends Error {}
+
+function fullRef(ref: string): string {
+  return ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
+}
+
+/** Checks inputs given on the command line or a form (`name=value`) into a map; 400 naming a bad one. */
+export function parseInputPairs(pairs: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) {
+      throw new ValidationError([
+        { path: 'inputs', message: `${JSON.stringify(pair)} is not name=value` },
+      ]);
+    }
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
+}
