@@ -4,6 +4,8 @@ import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../d
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
+import { forgetPermissions } from '../people/permissions.ts';
+import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import { decrypt, encrypt, type Keyring } from '../secrets.ts';
 import {
   BOT_PULL_REQUEST_POLICIES,
@@ -15,6 +17,7 @@ import {
   VISIBILITIES,
   type Visibility,
 } from '../states.ts';
+import { audit } from './audit.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
@@ -253,8 +256,9 @@ export async function updateProject(
   keyring: Keyring,
   id: string,
   input: ProjectUpdate,
+  by: Person = ADMIN_BEARER,
 ): Promise<ProjectView> {
-  return transaction(pool, async (tx) => {
+  const view = await transaction(pool, async (tx) => {
     const current = await getProjectRow(tx, id);
     if (!current) throw new NotFoundError(`project "${id}" does not exist`);
     const repoUrl = input.repo_url ?? current.repo_url;
@@ -294,6 +298,17 @@ export async function updateProject(
     );
     return rows[0]!;
   });
+  // What the forge said of people was asked with the old token or URL.
+  if (input.forge_token !== undefined || input.forge_url !== undefined) {
+    await forgetPermissions(pool, id);
+  }
+  // The names of the fields changed, never a value (a token among them).
+  await audit(pool, by, {
+    projectId: id,
+    action: 'settings',
+    detail: Object.keys(input).join(', '),
+  });
+  return view;
 }
 
 /** Deletes a project with its jobs, logs and secrets. */
@@ -310,6 +325,7 @@ export async function rotateWebhookSecret(
   pool: Pool,
   keyring: Keyring,
   id: string,
+  by: Person = ADMIN_BEARER,
 ): Promise<string> {
   const secret = newWebhookSecret();
   const found = await transaction(pool, async (tx) => {
@@ -320,6 +336,7 @@ export async function rotateWebhookSecret(
     return rowCount === 1;
   });
   if (!found) throw new NotFoundError(`project "${id}" does not exist`);
+  await audit(pool, by, { projectId: id, action: 'settings', detail: 'webhook secret replaced' });
   return secret;
 }
 
@@ -351,6 +368,7 @@ export async function putSecret(
   projectId: string,
   name: string,
   value: string,
+  by: Person = ADMIN_BEARER,
 ): Promise<{ warning: string | null }> {
   if (!SECRET_NAME.test(name) || name.length > 200) {
     throw new ValidationError([
@@ -374,6 +392,7 @@ export async function putSecret(
     }
     throw err;
   }
+  await audit(pool, by, { projectId, action: 'secret', detail: `${name} set` });
   return {
     warning:
       [...value].length < MIN_SECRET_LENGTH
@@ -383,7 +402,12 @@ export async function putSecret(
 }
 
 /** Deletes a secret of a project. */
-export async function deleteSecret(pool: Pool, projectId: string, name: string): Promise<void> {
+export async function deleteSecret(
+  pool: Pool,
+  projectId: string,
+  name: string,
+  by: Person = ADMIN_BEARER,
+): Promise<void> {
   const deleted = await transaction(pool, async (tx) => {
     const { rowCount } = await tx.query(
       'delete from project_secrets where project_id = $1 and name = $2',
@@ -392,6 +416,7 @@ export async function deleteSecret(pool: Pool, projectId: string, name: string):
     return rowCount === 1;
   });
   if (!deleted) throw new NotFoundError(`project "${projectId}" has no secret ${name}`);
+  await audit(pool, by, { projectId, action: 'secret', detail: `${name} deleted` });
 }
 
 /** The names of a project's secrets and when each changed; never the values. */

@@ -12,10 +12,12 @@ import {
   callForge,
   DEFAULT_TIMEOUT_MS,
   type ForgeAnswer,
+  type ForgeKind,
   ForgeRefusedError,
   ForgeTransportError,
   ForgeUnavailableError,
   forgeHeaders,
+  forgeName,
   transportErrorText,
 } from './client.ts';
 
@@ -117,4 +119,74 @@ function permissionOf(body: string): string | null {
     // Not JSON: no permission to read.
   }
   return null;
+}
+
+/** What a person may do on a repository, as Conductor reads the forge's answer. */
+export type RepoPermission = 'none' | 'read' | 'write' | 'admin';
+
+/** The forge's answer about a person, or why it gave none (a refusal: no retry changes it). */
+export type PermissionAnswer =
+  | { kind: 'answer'; permission: RepoPermission }
+  | { kind: 'refused'; reason: string };
+
+/**
+ * Asks GitHub or Gitea what `login` may do on `repo`, with the project's token:
+ * `GET {api}/repos/{owner}/{repo}/collaborators/{login}/permission` on both
+ * (GitHub's `permission` is admin, write, read or none; Gitea's adds owner).
+ * A 404 is no access. A forge that cannot be reached, answers 5xx or
+ * rate-limits is a ForgeUnavailableError (nothing is decided on an outage).
+ */
+export async function askRepoPermission(q: {
+  forge: ForgeKind;
+  /** The forge's API base (apiBase()). */
+  api: string;
+  repo: string;
+  login: string;
+  token: string;
+  timeoutMs?: number;
+}): Promise<PermissionAnswer> {
+  const [owner = '', name = ''] = q.repo.split('/');
+  const url = `${q.api}/repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}/collaborators/${encodeURIComponent(q.login)}/permission`;
+  const timeoutMs = q.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const who = forgeName(q.forge);
+  let res: ForgeAnswer;
+  try {
+    res = await callForge({ url, headers: forgeHeaders(q.forge, q.token), timeoutMs });
+  } catch (error) {
+    if (error instanceof ForgeRefusedError) return { kind: 'refused', reason: error.message };
+    if (error instanceof ForgeTransportError) {
+      throw new ForgeUnavailableError(
+        `${who} could not be reached (${transportErrorText(error, timeoutMs)}) while asking what ${q.login} may do on ${q.repo}`,
+        { cause: error },
+      );
+    }
+    throw error;
+  }
+  if (res.kind === 'rate_limited' || res.kind === 'retryable') {
+    throw new ForgeUnavailableError(
+      `${who} answered HTTP ${res.status} while asking what ${q.login} may do on ${q.repo}`,
+    );
+  }
+  if (res.status === 404) return { kind: 'answer', permission: 'none' };
+  if (res.status !== 200) {
+    return {
+      kind: 'refused',
+      reason: `${who} refused to say what ${q.login} may do on ${q.repo} (HTTP ${res.status}): the project's forge token must be allowed to read the repository's collaborators`,
+    };
+  }
+  const permission = permissionOf(res.body?.toString('utf8') ?? '');
+  switch (permission) {
+    case 'owner':
+    case 'admin':
+      return { kind: 'answer', permission: 'admin' };
+    case 'write':
+    case 'read':
+    case 'none':
+      return { kind: 'answer', permission };
+    default:
+      return {
+        kind: 'refused',
+        reason: `${who} answered ${permission === null ? 'no readable permission' : JSON.stringify(permission)} for ${q.login} on ${q.repo}`,
+      };
+  }
 }

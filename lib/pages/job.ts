@@ -3,6 +3,7 @@
 
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { type AuditEvent, jobAuditEvents } from '../people/audit.ts';
 import { getJobView, type JobView, type TaskView } from '../scheduler/views.ts';
 import { FINISHED_JOB_STATES } from '../states.ts';
 import { CLIENT_SCRIPT } from './client.ts';
@@ -252,6 +253,24 @@ function defaultTask(tasks: TaskView[]): TaskView | undefined {
   );
 }
 
+const DONE: Readonly<Record<string, string>> = {
+  approve: 'approved',
+  cancel: 'cancelled',
+  rerun: 'rerun',
+  unblock: 'unblocked',
+  run: 'started',
+};
+
+/** Who did what to the job, newest first: "approved by @alice 2 min ago" (the audit). */
+function auditLines(events: AuditEvent[], now: number): Html {
+  if (events.length === 0) return html``;
+  const lines = events.map(
+    (e) =>
+      html`<li data-audit-action="${e.action}">${DONE[e.action] ?? e.action} by <strong>${e.actor}</strong> ${timeEl(e.at, now)}${e.detail ? html` <span class="muted">(${e.detail})</span>` : ''}</li>`,
+  );
+  return html`<ul class="muted" data-audit>${lines}</ul>`;
+}
+
 /** The whole job page. */
 export async function renderJobPage(
   db: Queryable,
@@ -264,6 +283,7 @@ export async function renderJobPage(
   const open = query.task ? findTask(tasks, query.task) : defaultTask(tasks);
   if (query.task && !open) throw new NotFoundError(`job ${jobId} has no task ${query.task}`);
   const rerunOf = await jobNumber(db, job.rerun_of);
+  const events = await jobAuditEvents(db, job.id, 5);
   let panel = html`<p class="muted" id="log">Select a task to see its log.</p>`;
   let piece: LogPiece | null = null;
   if (open) {
@@ -290,6 +310,7 @@ export async function renderJobPage(
   };
   const body = html`<nav class="muted"><a href="/projects/${encodeURIComponent(project.id)}">${project.name}</a> / job #${job.number} · <code>${shortRef(job.ref)}</code></nav>
 <div id="job-head">${header(job, project, rerunOf, now)}</div>
+${auditLines(events, now)}
 <div class="actions" id="job-actions">${actions(job, tasks, viewer)}</div>
 ${blockSection(job, tasks, viewer, now)}
 ${changesSection(job)}

@@ -1,0 +1,100 @@
+// Sessions kept in PostgreSQL. The cookie (lib/pages/access.ts) carries a
+// random id, signed by the server and bound to the admin token; the table
+// keeps the id's SHA-256 and who signed in. Signing out deletes the row, so
+// the cookie opens nothing from that moment, and a copy of the table opens
+// no session.
+import { createHash } from 'node:crypto';
+import type { Queryable } from '../db/index.ts';
+import type { ForgeKind } from '../forge/client.ts';
+import { peopleNow } from './clock.ts';
+
+/** Who acts: the admin token (a session, or the API's bearer), or a person signed in with a forge. */
+export type Person =
+  | { kind: 'admin'; sessionId: string | null }
+  | { kind: 'forge'; forge: ForgeKind; login: string; sessionId: string };
+
+/** The admin token's bearer, outside any session (the JSON API). */
+export const ADMIN_BEARER: Person = { kind: 'admin', sessionId: null };
+
+const sha256 = (text: string) => createHash('sha256').update(text, 'utf8').digest();
+
+/** Who a new session is for. */
+export type SignedIn = { kind: 'admin' } | { kind: 'forge'; forge: ForgeKind; login: string };
+
+/** Keeps a new session (its cookie's id and expiry); answers the person it stands for. */
+export async function createSession(
+  db: Queryable,
+  cookieId: string,
+  expiresS: number,
+  who: SignedIn,
+): Promise<Person> {
+  const { rows } = await db.query<{ id: string }>(
+    `insert into sessions (token_hash, kind, forge, login, expires_at)
+     values ($1, $2, $3, $4, to_timestamp($5)) returning id`,
+    [
+      sha256(cookieId),
+      who.kind,
+      who.kind === 'forge' ? who.forge : null,
+      who.kind === 'forge' ? who.login : null,
+      expiresS,
+    ],
+  );
+  const id = rows[0]!.id;
+  return who.kind === 'admin'
+    ? { kind: 'admin', sessionId: id }
+    : { kind: 'forge', forge: who.forge, login: who.login, sessionId: id };
+}
+
+/** The person of an open session (its cookie's id), or null: signed out, revoked or over. */
+export async function findSession(db: Queryable, cookieId: string): Promise<Person | null> {
+  const { rows } = await db.query<{
+    id: string;
+    kind: 'admin' | 'forge';
+    forge: ForgeKind | null;
+    login: string | null;
+  }>(
+    `select id, kind, forge, login from sessions
+      where token_hash = $1 and expires_at > to_timestamp($2)`,
+    [sha256(cookieId), peopleNow() / 1000],
+  );
+  const row = rows[0];
+  if (!row) return null;
+  return row.kind === 'admin'
+    ? { kind: 'admin', sessionId: row.id }
+    : { kind: 'forge', forge: row.forge!, login: row.login!, sessionId: row.id };
+}
+
+/** Ends a session at once (its cookie's id); answers whether it was open. */
+export async function endSession(db: Queryable, cookieId: string): Promise<boolean> {
+  const { rowCount } = await db.query('delete from sessions where token_hash = $1', [
+    sha256(cookieId),
+  ]);
+  return rowCount === 1;
+}
+
+/** Ends every session of a person on a forge (revocation); answers how many. */
+export async function endSessionsOf(
+  db: Queryable,
+  forge: ForgeKind,
+  login: string,
+): Promise<number> {
+  const { rowCount } = await db.query(
+    `delete from sessions where kind = 'forge' and forge = $1 and lower(login) = lower($2)`,
+    [forge, login],
+  );
+  return rowCount ?? 0;
+}
+
+/** Deletes sessions that ended more than a day ago, a few at a time (called on sign-in). */
+export async function purgeEndedSessions(db: Queryable): Promise<void> {
+  await db.query(
+    `delete from sessions where id in (
+       select id from sessions where expires_at < to_timestamp($1) - interval '1 day' limit 100)`,
+    [peopleNow() / 1000],
+  );
+}
+
+/** How a person is named in the audit and on the pages: `@login`, or `admin token`. */
+export function actorName(person: Person): string {
+  return person.kind === 'admin' ? 'admin token' : `@${person.login}`;
+}
