@@ -124,6 +124,28 @@ export type WebhookIntent =
     }
   | { kind: 'close_pull_request'; repo: string; pullRequest: number };
 
+/** What a push says of its own diff, read leniently: a field missing or odd is left unknown. */
+export interface PushDiff {
+  /** The commit before the push; null when the payload does not say or the branch is new. */
+  before: string | null;
+  /** GitHub's `forced`; Gitea does not say, so a Gitea force push is taken for a plain one. */
+  forced: boolean;
+  /** The push made the branch (`created`, or an all-zero `before`). */
+  created: boolean;
+  /**
+   * The files the commits list (added, removed, modified), when that list is
+   * complete; null when it may not be: a commit without its lists, more
+   * commits than the payload holds (GitHub sends at most 20 in some
+   * deliveries; Gitea says `total_commits`), or no commits at all.
+   */
+  files: string[] | null;
+}
+
+/** Most commits a payload's list is trusted to hold in full (GitHub's timeline cap). */
+export const PAYLOAD_COMMITS_CAP = 20;
+/** Most files kept from a payload's lists; past it, the compare API is asked. */
+export const PAYLOAD_FILES_CAP = 3000;
+
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 /** An intent before the repository is attached to it. */
 type Outcome = DistributiveOmit<WebhookIntent, 'repo'>;
@@ -289,6 +311,43 @@ function readPush(
     trusted: true,
     ...(bots.length > 0 ? { bots } : {}),
   };
+}
+
+/**
+ * A push's before, forced, created and the files its commits list (see
+ * PushDiff), for the `changes:` filters; read from the payload a push intent
+ * came from. Never fails: what is missing is unknown.
+ */
+export function readPushDiff(payload: unknown): PushDiff {
+  if (!isPlainObject(payload)) return { before: null, forced: false, created: false, files: null };
+  const rawBefore = typeof payload.before === 'string' ? payload.before.toLowerCase() : null;
+  const zero = rawBefore !== null && ZERO_SHA.test(rawBefore);
+  const before = rawBefore !== null && !zero && COMMIT_SHA.test(rawBefore) ? rawBefore : null;
+  const created = payload.created === true || zero;
+  return { before, forced: payload.forced === true, created, files: payloadFiles(payload) };
+}
+
+function payloadFiles(payload: Record<string, unknown>): string[] | null {
+  const commits = payload.commits;
+  if (!Array.isArray(commits) || commits.length === 0) return null;
+  if (commits.length >= PAYLOAD_COMMITS_CAP) return null;
+  // Gitea caps the list (its feed setting) and says how many there were.
+  const total = payload.total_commits;
+  if (typeof total === 'number' && total !== commits.length) return null;
+  const files = new Set<string>();
+  for (const commit of commits) {
+    if (!isPlainObject(commit)) return null;
+    for (const key of ['added', 'removed', 'modified']) {
+      const list = commit[key];
+      if (!Array.isArray(list)) return null;
+      for (const file of list) {
+        if (typeof file !== 'string' || file === '' || file.includes('\u0000')) return null;
+        files.add(file);
+      }
+    }
+    if (files.size > PAYLOAD_FILES_CAP) return null;
+  }
+  return [...files];
 }
 
 /** `refs/heads/<repository.default_branch>`, or undefined when the payload does not say. */

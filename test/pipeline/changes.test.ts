@@ -1,0 +1,147 @@
+// changes: and block: in the pipeline file (issue #30): how they are written,
+// what they compile to, how path patterns match (picomatch), and the errors.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { type CompiledChanges, changesMatch, changesSkipReason } from '../../lib/pipeline/index.ts';
+import { compile, issuesOf, yaml } from './helpers.ts';
+
+const shown = (text: string) =>
+  issuesOf(text).map((i) => `${i.line}:${i.column} ${i.path}: ${i.message}`);
+
+describe('changes:', () => {
+  test('a list compiles to includes, with ! entries as excludes', () => {
+    const [task] = compile(yaml`
+      version: 1
+      tasks:
+        web:
+          script: [make]
+          changes: ["src/**", "!src/**/*.md"]
+    `).tasks;
+    assert.deepEqual(task?.changes, { include: ['src/**'], exclude: ['src/**/*.md'] });
+  });
+
+  test('a map of include and exclude compiles as written; exclude alone includes everything', () => {
+    const tasks = compile(yaml`
+      version: 1
+      tasks:
+        a: { script: [x], changes: { include: [api/**], exclude: [api/docs/**] } }
+        b: { script: [x], changes: { exclude: [docs/**] } }
+        c: { script: [x], changes: ["!docs/**"] }
+        d: { script: [x] }
+    `).tasks;
+    assert.deepEqual(
+      tasks.map((t) => t.changes),
+      [
+        { include: ['api/**'], exclude: ['api/docs/**'] },
+        { include: ['**'], exclude: ['docs/**'] },
+        { include: ['**'], exclude: ['docs/**'] },
+        null,
+      ],
+    );
+  });
+
+  test('path patterns: * stays in a directory, ** crosses them, dot files match, excludes win', () => {
+    const src: CompiledChanges = { include: ['src/**'], exclude: ['src/**/*.md'] };
+    assert.ok(changesMatch(src, ['src/a/b/c.ts']));
+    assert.ok(changesMatch(src, ['README.md', 'src/.env.example']));
+    assert.ok(!changesMatch(src, ['src/docs/intro.md']));
+    assert.ok(!changesMatch(src, ['docs/src/a.ts', 'srcs/a.ts']));
+    assert.ok(!changesMatch(src, []));
+    const top: CompiledChanges = { include: ['*.json'], exclude: [] };
+    assert.ok(changesMatch(top, ['package.json']));
+    assert.ok(!changesMatch(top, ['sub/package.json']));
+    assert.ok(changesMatch({ include: ['.github/**'], exclude: [] }, ['.github/workflows/x.yml']));
+  });
+
+  test('the skip reason names the patterns', () => {
+    assert.equal(
+      changesSkipReason({ include: ['src/**'], exclude: [] }),
+      'no changed file matches src/**',
+    );
+    assert.equal(
+      changesSkipReason({ include: ['a/**', 'b/**', 'c/**', 'd/**'], exclude: ['**/*.md'] }),
+      'no changed file matches a/**, b/**, c/** (and 1 more) outside **/*.md',
+    );
+  });
+
+  test('bad filters are errors at their line', () => {
+    const issues = shown(yaml`
+      version: 1
+      tasks:
+        a: { script: [x], changes: [] }
+        b: { script: [x], changes: "src/**" }
+        c: { script: [x], changes: ["!"] }
+        d: { script: [x], changes: { includes: [src/**] } }
+    `);
+    assert.deepEqual(issues, [
+      '3:30 tasks.a.changes: must list at least one path pattern',
+      '4:30 tasks.b.changes: expected a list of path patterns or a map of include and exclude, got "src/**"',
+      '5:31 tasks.c.changes[0]: a path pattern must not be "!" alone',
+      '6:32 tasks.d.changes: unknown key "includes" (did you mean "include"?)',
+    ]);
+  });
+});
+
+describe('block:', () => {
+  test('a block step compiles with its fields as outputs and no script', () => {
+    const [, approve] = compile(yaml`
+      version: 1
+      tasks:
+        build: { script: [make] }
+        approve:
+          needs: [build]
+          block:
+            prompt: "Deploy to production?"
+            fields:
+              - {name: reason, type: text, required: true}
+              - {name: region, type: select, options: [eu, us]}
+            timeout: 72h
+            on_timeout: skip
+    `).tasks;
+    assert.deepEqual(approve?.script, []);
+    assert.deepEqual(approve?.outputs, ['reason', 'region']);
+    assert.deepEqual(approve?.block, {
+      prompt: 'Deploy to production?',
+      fields: [
+        { name: 'reason', type: 'text', required: true, options: null },
+        { name: 'region', type: 'select', required: false, options: ['eu', 'us'] },
+      ],
+      timeoutS: 72 * 3600,
+      onTimeout: 'skip',
+    });
+  });
+
+  test('a block step defaults to a day and fails when nobody answers', () => {
+    const [gate] = compile(yaml`
+      version: 1
+      tasks:
+        gate: { block: { prompt: Go? } }
+    `).tasks;
+    assert.equal(gate?.block?.timeoutS, 24 * 3600);
+    assert.equal(gate?.block?.onTimeout, 'fail');
+    assert.deepEqual(gate?.outputs, []);
+  });
+
+  test('block errors name the field and line', () => {
+    const issues = shown(yaml`
+      version: 1
+      tasks:
+        a: { script: [x], block: { prompt: Go? } }
+        b: { block: { prompt: Go?, fields: [{name: r, type: select}] } }
+        c: { block: { prompt: Go?, fields: [{name: r, options: [x]}] } }
+        d: { block: { prompt: Go?, fields: [{name: r}, {name: r}] } }
+        e: { block: { prompt: Go?, on_timeout: wait } }
+        f: { block: { prompt: Go?, promt: x } }
+        g: { needs: [a] }
+    `);
+    assert.deepEqual(issues, [
+      '3:28 tasks.a.block: a block step runs no script: remove script or block',
+      '4:39 tasks.b.block.fields[0]: a select field needs options',
+      '5:58 tasks.c.block.fields[0].options: only a select field has options',
+      '6:57 tasks.d.block.fields[1].name: duplicate field "r"',
+      '7:42 tasks.e.block.on_timeout: must be "fail" or "skip"',
+      '8:30 tasks.f.block: unknown key "promt" (did you mean "prompt"?)',
+      '9:6 tasks.g: missing required key "script"',
+    ]);
+  });
+});
