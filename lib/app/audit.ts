@@ -9,6 +9,7 @@ import {
   type AuditEntry,
   type AuditEvent,
   insertAuditEvent,
+  insertJobAuditEvent,
   listAuditEvents,
 } from '../people/audit.ts';
 import type { Person } from '../people/sessions.ts';
@@ -25,6 +26,21 @@ export async function audit(db: Queryable, person: Person, entry: AuditEntry): P
     await insertAuditEvent(db, person, entry);
   } catch (err) {
     log('error', 'an audit row could not be written', { err, action: entry.action });
+  }
+}
+
+/** `audit` for an action on a job, when only the job's id is at hand (its project is read from it). */
+export async function auditJob(
+  db: Queryable,
+  person: Person,
+  jobId: string,
+  action: string,
+  detail = '',
+): Promise<void> {
+  try {
+    await insertJobAuditEvent(db, person, jobId, action, detail);
+  } catch (err) {
+    log('error', 'an audit row could not be written', { err, action });
   }
 }
 

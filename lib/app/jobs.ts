@@ -64,6 +64,7 @@ export async function startManualJob(
   ctx: AppContext,
   projectId: string,
   { ref, sha, inputs }: Trigger,
+  by: Person = ADMIN_BEARER,
 ): Promise<JobRow> {
   await getProject(ctx.pool, projectId);
   const full = ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
@@ -75,6 +76,13 @@ export async function startManualJob(
     trigger: 'manual',
     trusted: true,
     inputs: inputs && Object.keys(inputs).length > 0 ? inputs : null,
+  });
+  const given = Object.keys(inputs ?? {});
+  await audit(ctx.pool, by, {
+    projectId,
+    jobId: job.id,
+    action: 'run',
+    detail: `${full} at ${head.slice(0, 12)} as job #${job.number}${given.length ? `, inputs ${given.join(', ')}` : ''}`,
   });
   await triggerJob(ctx, job, superseded);
   return job;

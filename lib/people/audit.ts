@@ -44,6 +44,29 @@ export async function insertAuditEvent(
   );
 }
 
+/** Writes one audit row for an action on a job, the project read from the job; false when there is no such job. */
+export async function insertJobAuditEvent(
+  db: Queryable,
+  person: Person,
+  jobId: string,
+  action: string,
+  detail = '',
+): Promise<boolean> {
+  const { rowCount } = await db.query(
+    `insert into audit_events (project_id, job_id, actor, actor_forge, session_id, action, detail)
+     select project_id, id, $2, $3, $4, $5, $6 from jobs where id = $1`,
+    [
+      jobId,
+      actorName(person),
+      person.kind === 'forge' ? person.forge : null,
+      person.sessionId,
+      action,
+      detail,
+    ],
+  );
+  return rowCount === 1;
+}
+
 /** A project's audit rows, newest first; `before` is an event's id. Null: no such project. */
 export async function listAuditEvents(
   db: Queryable,

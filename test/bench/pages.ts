@@ -7,6 +7,7 @@ import { handler } from '../../functions/api.ts';
 import type { HttpEvent } from '../../lib/http/index.ts';
 import { newSession } from '../../lib/pages/access.ts';
 import { clearLayouts } from '../../lib/pages/graph.ts';
+import { createSession } from '../../lib/people/sessions.ts';
 import type { TaskSpec } from '../../lib/scheduler/types.ts';
 import { makeProject, spec, startedJob } from '../helpers/fixtures.ts';
 import { startStack } from './conductor.ts';
@@ -65,7 +66,9 @@ export async function jobPageRender(
   const stack = await startStack(url, dataDir, 4);
   try {
     const pool = stack.context.pool;
+    // Sessions are rows (#31): each render reads its session from PostgreSQL.
     const session = newSession(stack.context.keyring, stack.adminToken);
+    await createSession(pool, session.id, session.expiresS, { kind: 'admin' });
     const measure = async (tasks: TaskSpec[]): Promise<PageRender> => {
       const project = await makeProject(pool, { cancelSuperseded: false });
       const job = await startedJob(pool, project, tasks);
