@@ -5,7 +5,6 @@
 // the store (S3's multipart start and completion, a size check) happen
 // between them, never inside one.
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
@@ -20,35 +19,22 @@ import {
   fileTooLarge,
   insertArtifact,
   jobArtifacts,
-  LocalStore,
   leasedTask,
   markArtifactReady,
   neededArtifacts,
   projectTooLarge,
   readyArtifact,
-  S3Store,
   type StorageLimits,
   setArtifactUploadId,
+  storeFor,
   taskTooLarge,
   UPLOAD_URL_TTL_S,
   type UploadPlan,
 } from '../storage/index.ts';
 
-let configured: BlobStore | undefined;
-
 /** The store of this deployment: the context's, else S3 when a bucket is configured, else a local directory. */
 export function storeOf(ctx: AppContext): BlobStore {
-  if (ctx.storage) return ctx.storage;
-  if (!configured) {
-    const bucket = ctx.config.CONDUCTOR_ARTIFACTS_BUCKET;
-    configured = bucket
-      ? new S3Store({ bucket })
-      : new LocalStore(
-          join(ctx.config.CONDUCTOR_DATA_DIR, 'artifacts'),
-          ctx.keyring.keys.get(ctx.keyring.primaryId)!,
-        );
-  }
-  return configured;
+  return storeFor(ctx.storage, ctx.config, ctx.keyring);
 }
 
 /** The configured limits on artifacts and caches. */

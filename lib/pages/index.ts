@@ -27,6 +27,7 @@ import {
   startSignIn,
 } from '../people/index.ts';
 import { readLog } from '../scheduler/task-log.ts';
+import { DOWNLOAD_URL_TTL_S, jobArtifacts, storeFor } from '../storage/index.ts';
 import {
   csrfToken,
   isLoopbackHost,
@@ -363,10 +364,11 @@ function jobForm(action: 'cancel' | 'rerun' | 'approve'): PageRoute {
  * unblock with the form's `field.<name>` values. A refusal (a missing field,
  * a task no longer blocked) is shown on a page of its own with the reason.
  */
-const unblockForm: PageRoute = asPage(async (event, ctx, act) => {
-  const session = sessionOf(event, ctx);
+const unblockForm: PageRoute = asPage(async (event, ctx, act, people) => {
+  const who = await signedInAs(event, ctx);
   const jobId = pathParam(event, 'id');
-  if (!session) return toLogin(event);
+  if (!who) return toLogin(event);
+  const { session, person } = who;
   const fields = form(event);
   const viewer = viewerOf(ctx, session);
   if (!verifyCsrf(ctx.keyring, session, fields.get('csrf') ?? undefined)) {
@@ -380,12 +382,14 @@ const unblockForm: PageRoute = asPage(async (event, ctx, act) => {
     );
   }
   if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
+  const decision = await people.may(ctx, person, await projectOfJob(ctx, jobId), 'unblock');
+  if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
   const values: Record<string, string> = {};
   for (const [key, value] of fields) {
     if (key.startsWith('field.')) values[key.slice('field.'.length)] = value;
   }
   const task = pathParam(event, 'name');
-  await act('unblock', jobId.toLowerCase(), { task, fields: values }, event, ctx);
+  await act('unblock', jobId.toLowerCase(), { task, fields: values }, event, ctx, person);
   return redirect(`/jobs/${jobId.toLowerCase()}`);
 });
 
@@ -524,6 +528,18 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
       body: await liveJob(ctx.pool, access.jobId, access.viewer, query),
       headers: { 'cache-control': 'no-store' },
     };
+  },
+  // A download link of the job page's artifacts list: whoever may read the
+  // job is sent to a short-lived signed URL of the file itself.
+  'GET /jobs/{id}/artifacts/{artifact}': async (event, ctx, _act, people) => {
+    const access = await jobAccess(event, ctx, people);
+    if (!('jobId' in access)) return access;
+    const wanted = pathParam(event, 'artifact');
+    const artifact = (await jobArtifacts(ctx.pool, access.jobId)).find((a) => a.id === wanted);
+    if (!artifact) throw new NotFoundError(`job ${access.jobId} has no artifact ${wanted}`);
+    const store = storeFor(ctx.storage, ctx.config, ctx.keyring);
+    const location = await store.downloadUrl(artifact.storage_key, artifact.path, DOWNLOAD_URL_TTL_S);
+    return { status: 302, headers: { location, 'cache-control': 'no-store' } };
   },
   'GET /jobs/{id}/log': async (event, ctx, _act, people) => {
     const access = await jobAccess(event, ctx, people);

@@ -5,6 +5,7 @@ import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import { type AuditEvent, jobAuditEvents } from '../people/audit.ts';
 import { getJobView, type JobView, type TaskView } from '../scheduler/views.ts';
+import { humanBytes, jobArtifacts, jobCacheRestores } from '../storage/index.ts';
 import { FINISHED_JOB_STATES } from '../states.ts';
 import { CLIENT_SCRIPT } from './client.ts';
 import { type GraphTask, renderGraph, taskLines } from './graph.ts';
@@ -317,7 +318,8 @@ ${changesSection(job)}
 <h2>Tasks</h2>
 ${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${taskHref(t.id, viewer)}#log`, open: open?.id, now })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
 ${panel}
-${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, viewer, now)}` : ''}`;
+${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, viewer, now)}` : ''}
+${await storageSection(db, job.id, tasks, viewer)}`;
   return page({
     title: `#${job.number} ${shortRef(job.ref)} · ${project.name}`,
     body,
@@ -325,6 +327,35 @@ ${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, viewer, now)}` : ''}`;
     csrf: viewer.csrf,
     script: html`<script type="application/json" id="page-data">${scriptJson(data)}</script><script>${new Html(CLIENT_SCRIPT)}</script>`,
   });
+}
+
+/**
+ * Each task's artifacts (path, size, expiry, a download link) and what its
+ * cache restores found: a hit, a restore-key hit or a miss, with bytes.
+ */
+async function storageSection(
+  db: Queryable,
+  jobId: string,
+  tasks: GraphTask[],
+  viewer: Viewer,
+): Promise<Html | string> {
+  const [artifacts, restores] = await Promise.all([
+    jobArtifacts(db, jobId),
+    jobCacheRestores(db, jobId),
+  ]);
+  if (artifacts.length === 0 && restores.length === 0) return '';
+  const sig = viewer.sig ? `?sig=${encodeURIComponent(viewer.sig)}` : '';
+  const nameOf = new Map(tasks.map((t) => [t.id, t.name]));
+  const artifactRows = artifacts.map(
+    (a) =>
+      html`<tr data-artifact="${a.path}"><td>${a.task_name}</td><td><a href="/jobs/${jobId}/artifacts/${a.id}${sig}" download>${a.path}</a></td><td>${humanBytes(a.size)}</td><td>${a.expires_at.toISOString().slice(0, 10)}</td></tr>`,
+  );
+  const restoreRows = restores.map(
+    (r) =>
+      html`<tr data-cache="${r.key}" data-cache-result="${r.result}"><td>${nameOf.get(r.task_id) ?? ''}</td><td><code>${r.key}</code></td><td>${r.result === 'hit' ? 'cache hit' : r.result === 'restore-key' ? `restore-key hit: ${r.matched_key ?? ''}` : 'cache miss'}</td><td>${r.result === 'miss' ? '' : humanBytes(r.size)}</td></tr>`,
+  );
+  return html`${artifacts.length ? html`<h2>Artifacts</h2><table class="artifacts"><tr><th>task</th><th>path</th><th>size</th><th>expires</th></tr>${artifactRows}</table>` : ''}
+${restores.length ? html`<h2>Caches</h2><table class="caches"><tr><th>task</th><th>key</th><th>restore</th><th>bytes</th></tr>${restoreRows}</table>` : ''}`;
 }
 
 /** What the page polls: the header and actions again, each task's state, and the open log's new lines. */

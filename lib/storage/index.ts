@@ -1,6 +1,7 @@
 // Artifacts and caches: one store interface with two implementations (S3, a
 // local directory), the metadata rows, the cache scopes and the limits.
 
+export { storeFor } from './factory.ts';
 export * from './limits.ts';
 export { BLOB_PATH, GrantError, LocalStore } from './local.ts';
 export * from './rows.ts';
