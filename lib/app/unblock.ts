@@ -4,9 +4,10 @@
 // prompt vouches for the answer, not for the code of an untrusted job.
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
-import { ForbiddenError } from '../errors.ts';
+import { ForbiddenError, UnavailableError } from '../errors.ts';
 import { unblockTask } from '../scheduler/block.ts';
-import { getJobView, type TaskView } from '../scheduler/index.ts';
+import { getJobOnly, getJobView, type TaskView } from '../scheduler/index.ts';
+import { ADMIN_BEARER, actorName, may, type Person } from './people.ts';
 import { deliverJobStatus } from './statuses.ts';
 
 /** The body of an unblock: the block's fields by name; each value a string. */
@@ -15,25 +16,20 @@ export const UnblockSchema = z.strictObject({
 });
 export type Unblock = z.infer<typeof UnblockSchema>;
 
-/** Who asks to unblock: the admin token on the API, or a signed-in session on the job page. */
-export type Unblocker =
-  | { via: 'token' }
-  | {
-      via: 'session' /** The signed-in person's login, once sign-in says who; else the admin's session. */;
-      login?: string;
-    };
-
 /**
- * Whether `who` may unblock a task of this job, as the name recorded on it;
- * throws ForbiddenError when not. Today both ways in are the admin's; sign-in
- * with the forge (#31) extends this with the person's write permission.
+ * Who may unblock a task of this job: the one check, on `may` (lib/app/people.ts):
+ * the admin token, or a signed-in person the forge says may write to the
+ * repository. Answers the name recorded on the task; throws ForbiddenError
+ * (or UnavailableError when the forge cannot say now) otherwise.
  */
-export function mayUnblock(who: Unblocker, _jobId: string): string {
-  if (who.via === 'token') return 'admin';
-  if (who.login === undefined) return 'admin';
-  if (who.login.trim() === '')
-    throw new ForbiddenError('a signed-in person without a name may not unblock');
-  return who.login;
+export async function mayUnblock(ctx: AppContext, person: Person, jobId: string): Promise<string> {
+  const job = await getJobOnly(ctx.pool, jobId);
+  const decision = await may(ctx, person, job.project_id, 'unblock');
+  if (!decision.allowed) {
+    if (decision.status === 503) throw new UnavailableError(decision.reason);
+    throw new ForbiddenError(decision.reason);
+  }
+  return actorName(person);
 }
 
 /** Unblocks a blocked task of a job with the fields given; answers the task as it is now. */
@@ -42,9 +38,11 @@ export async function unblockJobTask(
   jobId: string,
   taskName: string,
   body: Unblock,
-  who: Unblocker,
+  who: Person | { via: 'token' | 'session' },
 ): Promise<TaskView> {
-  const name = mayUnblock(who, jobId);
+  // `{via}` is how callers named the admin before sign-in said who (#31).
+  const person: Person = 'kind' in who ? who : ADMIN_BEARER;
+  const name = await mayUnblock(ctx, person, jobId);
   const task = await unblockTask(ctx.pool, jobId, taskName, body.fields ?? {}, name);
   await deliverJobStatus(ctx, jobId);
   const view = await getJobView(ctx.pool, jobId);
