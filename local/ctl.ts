@@ -44,8 +44,19 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
   webhook push --project ID (--secret-file PATH | --secret WEBHOOK_SECRET) --sha SHA
                [--ref refs/heads/main]
                                             sign and send a push webhook as the forge would
-  trigger --project ID --sha SHA [--ref main]
-                                            start a job by hand
+  trigger --project ID [--ref main] [--sha SHA] [--input NAME=VALUE]...
+                                            start a job by hand (without --sha: the ref's
+                                            head); --input gives the pipeline's inputs
+  schedules --project ID                    list a project's schedules
+  schedule create --project ID --name NAME --cron "0 3 * * *" [--timezone UTC]
+                  [--ref BRANCH] [--input NAME=VALUE]... [--catch-up latest|none]
+                  [--enabled true|false]
+                                            add a schedule (cron: 5 fields or @hourly,
+                                            @daily, @weekly, @monthly; ref: default branch)
+  schedule update --project ID --name NAME [--cron C] [--timezone TZ] [--ref BRANCH]
+                  [--input NAME=VALUE]... [--catch-up latest|none] [--enabled true|false]
+                                            change the settings given
+  schedule delete --project ID --name NAME  delete a schedule (its jobs stay)
   jobs --project ID [--limit N]             list a project's jobs, newest first
   job JOB_ID                                show a job, its tasks and its page's link
   job approve JOB_ID                        let a blocked (untrusted) job run, still untrusted
@@ -255,6 +266,10 @@ function parse(argv: string[]) {
       ref: { type: 'string' },
       limit: { type: 'string' },
       attempt: { type: 'string' },
+      input: { type: 'string', multiple: true },
+      cron: { type: 'string' },
+      timezone: { type: 'string' },
+      'catch-up': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -306,7 +321,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
     }
     if (command === 'validate') return await validate(positionals.slice(1), values, io);
     switch (
-      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke'].includes(sub) ? ` ${sub}` : ''}`
+      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke', 'delete'].includes(sub) ? ` ${sub}` : ''}`
     ) {
       case 'projects':
         print((await api('GET', '/v1/projects')).json);
@@ -472,14 +487,65 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       }
       case 'trigger': {
         const project = required(values, 'project');
+        const inputs = inputPairs(values.input);
         print(
           (
             await api('POST', `/v1/projects/${encodeURIComponent(project)}/jobs`, {
               ref: values.ref ?? 'main',
-              sha: required(values, 'sha'),
+              ...(values.sha ? { sha: values.sha } : {}),
+              ...(inputs ? { inputs } : {}),
             })
           ).json,
         );
+        return 0;
+      }
+      case 'schedules': {
+        const project = required(values, 'project');
+        const { schedules } = (
+          await api('GET', `/v1/projects/${encodeURIComponent(project)}/schedules`)
+        ).json;
+        for (const s of schedules) {
+          io.out(
+            `${s.name}\t${s.cron}\t${s.timezone}\t${s.ref ?? '(default branch)'}\t${s.enabled ? `next ${s.next_run_at}` : 'disabled'}${s.last_error ? `\tlast error: ${s.last_error}` : ''}`,
+          );
+        }
+        return 0;
+      }
+      case 'schedule create':
+      case 'schedule update': {
+        const project = encodeURIComponent(required(values, 'project'));
+        const name = required(values, 'name');
+        const inputs = inputPairs(values.input);
+        const body: Record<string, unknown> = {
+          ...(values.cron !== undefined ? { cron: values.cron } : {}),
+          ...(values.timezone !== undefined ? { timezone: values.timezone } : {}),
+          ...(values.ref !== undefined ? { ref: values.ref } : {}),
+          ...(inputs ? { inputs } : {}),
+          ...(values['catch-up'] !== undefined ? { catch_up: values['catch-up'] } : {}),
+          ...(boolFlag(values, 'enabled') !== undefined
+            ? { enabled: boolFlag(values, 'enabled') }
+            : {}),
+        };
+        const reply =
+          sub === 'create'
+            ? await api('POST', `/v1/projects/${project}/schedules`, {
+                name,
+                cron: required(values, 'cron'),
+                ...body,
+              })
+            : await api(
+                'PATCH',
+                `/v1/projects/${project}/schedules/${encodeURIComponent(name)}`,
+                body,
+              );
+        print(reply.json);
+        return 0;
+      }
+      case 'schedule delete': {
+        const project = encodeURIComponent(required(values, 'project'));
+        const name = encodeURIComponent(required(values, 'name'));
+        await api('DELETE', `/v1/projects/${project}/schedules/${name}`);
+        io.out(`deleted schedule ${required(values, 'name')}`);
         return 0;
       }
       case 'jobs': {
@@ -568,6 +634,18 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
 }
 
 /** The ref a validate without --ref checks for: the current branch, or main, saying which. */
+/** `--input NAME=VALUE` flags as the inputs object, or undefined when none; a flag without `=` is a usage error. */
+function inputPairs(pairs: string[] | undefined): Record<string, string> | undefined {
+  if (!pairs || pairs.length === 0) return undefined;
+  const out: Record<string, string> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new UsageError(`--input ${pair}: expected NAME=VALUE`, false);
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
+}
+
 function currentRef(dir: string): { ref: string; why: string } {
   try {
     const branch = execFileSync('git', ['-C', dir, 'symbolic-ref', '--short', '-q', 'HEAD'], {

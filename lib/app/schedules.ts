@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { SQLSTATE, sqlState, transaction } from '../db/index.ts';
-import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
+import { ConflictError, NotFoundError } from '../errors.ts';
 import { type HeadResult, resolveHead } from '../forge/branch.ts';
 import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
 import { log } from '../log.ts';
@@ -368,19 +368,4 @@ class TickLost extends Error {}
 
 function fullRef(ref: string): string {
   return ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
-}
-
-/** Checks inputs given on the command line or a form (`name=value`) into a map; 400 naming a bad one. */
-export function parseInputPairs(pairs: readonly string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const pair of pairs) {
-    const eq = pair.indexOf('=');
-    if (eq <= 0) {
-      throw new ValidationError([
-        { path: 'inputs', message: `${JSON.stringify(pair)} is not name=value` },
-      ]);
-    }
-    out[pair.slice(0, eq)] = pair.slice(eq + 1);
-  }
-  return out;
 }
