@@ -54,12 +54,15 @@ export async function may(
       reason: `You signed in with ${name}, and ${project.id} lives on ${forgeName(project.forge)}: sign in there, or ask an admin.`,
     };
   }
-  if (person.forge === 'gitea' && !sameUrl(project.forge_url, ctx.config.CONDUCTOR_GITEA_URL)) {
-    return {
-      allowed: false,
-      status: 403,
-      reason: `You signed in with the Gitea at ${ctx.config.CONDUCTOR_GITEA_URL}, and ${project.id} lives on another (${project.forge_url ?? 'none given'}): ask an admin.`,
-    };
+  if (person.forge === 'gitea') {
+    const signedInAt = await giteaUrl(ctx);
+    if (!sameUrl(project.forge_url, signedInAt)) {
+      return {
+        allowed: false,
+        status: 403,
+        reason: `You signed in with the Gitea at ${signedInAt}, and ${project.id} lives on another (${project.forge_url ?? 'none given'}): ask an admin.`,
+      };
+    }
   }
   const token = forgeToken(ctx.keyring, project);
   if (!token) {
@@ -141,58 +144,88 @@ export async function requireMay(
 
 const FORGES: readonly ForgeKind[] = ['github', 'gitea'];
 
-/** The forges one may sign in with: those whose client id is set (and, for Gitea, its URL). */
-export function signInForges(ctx: AppContext): ForgeKind[] {
-  const c = ctx.config;
-  return FORGES.filter((f) =>
-    f === 'github'
-      ? !!c.CONDUCTOR_GITHUB_CLIENT_ID
-      : !!c.CONDUCTOR_GITEA_CLIENT_ID && !!c.CONDUCTOR_GITEA_URL,
-  );
-}
-
-// Deployed, the client secrets are fields of the app secret (Secrets
-// Manager), read once per container when the first sign-in needs them.
+// Deployed, the sign-in settings may be fields of the app secret (Secrets
+// Manager: github_client_id, github_client_secret, github_oauth_url,
+// gitea_url, gitea_client_id, gitea_client_secret), read once per container;
+// an environment variable of the same setting wins.
 let appSecret: Promise<Record<string, unknown>> | undefined;
-async function secretFromStore(ctx: AppContext, field: string): Promise<string | undefined> {
+async function fromStore(ctx: AppContext): Promise<Record<string, string>> {
   const arn = ctx.config.CONDUCTOR_APP_SECRET_ARN;
-  if (!arn) return undefined;
+  if (!arn) return {};
   appSecret ??= (readSecret(arn) as Promise<Record<string, unknown>>).catch((err) => {
     appSecret = undefined;
     throw err;
   });
-  const value = (await appSecret)[field];
-  return typeof value === 'string' && value ? value : undefined;
+  const all = await appSecret;
+  return Object.fromEntries(
+    Object.entries(all).filter(
+      (e): e is [string, string] =>
+        /^(github|gitea)_/.test(e[0]) && typeof e[1] === 'string' && e[1] !== '',
+    ),
+  );
 }
 
-/** A forge's OAuth settings, its client secret from the environment or the app secret; null when not offered. */
-export async function oauthForge(ctx: AppContext, forge: string): Promise<OAuthForge | null> {
+interface SignInSettings {
+  github: { clientId?: string; clientSecret?: string; oauthUrl: string };
+  gitea: { url?: string; clientId?: string; clientSecret?: string };
+}
+
+async function settings(ctx: AppContext): Promise<SignInSettings> {
   const c = ctx.config;
-  if (!(signInForges(ctx) as string[]).includes(forge)) return null;
+  const needStore =
+    !(c.CONDUCTOR_GITHUB_CLIENT_ID && c.CONDUCTOR_GITHUB_CLIENT_SECRET) &&
+    !(c.CONDUCTOR_GITEA_CLIENT_ID && c.CONDUCTOR_GITEA_CLIENT_SECRET && c.CONDUCTOR_GITEA_URL);
+  const s = needStore ? await fromStore(ctx) : {};
+  return {
+    github: {
+      clientId: c.CONDUCTOR_GITHUB_CLIENT_ID ?? s.github_client_id,
+      clientSecret: c.CONDUCTOR_GITHUB_CLIENT_SECRET ?? s.github_client_secret,
+      oauthUrl: s.github_oauth_url ?? c.CONDUCTOR_GITHUB_OAUTH_URL,
+    },
+    gitea: {
+      url: c.CONDUCTOR_GITEA_URL ?? s.gitea_url,
+      clientId: c.CONDUCTOR_GITEA_CLIENT_ID ?? s.gitea_client_id,
+      clientSecret: c.CONDUCTOR_GITEA_CLIENT_SECRET ?? s.gitea_client_secret,
+    },
+  };
+}
+
+/** The forges one may sign in with: those whose client id and secret are set (and, for Gitea, its URL). */
+export async function signInForges(ctx: AppContext): Promise<ForgeKind[]> {
+  const s = await settings(ctx);
+  return FORGES.filter((f) =>
+    f === 'github'
+      ? !!s.github.clientId && !!s.github.clientSecret
+      : !!s.gitea.clientId && !!s.gitea.clientSecret && !!s.gitea.url,
+  );
+}
+
+/** The Gitea sign-in's base URL (to tell whether a Gitea project lives there), if configured. */
+async function giteaUrl(ctx: AppContext): Promise<string | undefined> {
+  return (await settings(ctx)).gitea.url;
+}
+
+/** A forge's OAuth settings; null when it is not offered (an unknown forge, or one not configured). */
+export async function oauthForge(ctx: AppContext, forge: string): Promise<OAuthForge | null> {
+  if (!(FORGES as readonly string[]).includes(forge)) return null;
+  const s = await settings(ctx);
+  const timeoutMs = ctx.config.CONDUCTOR_SIGNIN_TIMEOUT_MS;
   if (forge === 'github') {
-    const secret =
-      c.CONDUCTOR_GITHUB_CLIENT_SECRET ?? (await secretFromStore(ctx, 'github_client_secret'));
-    if (!secret) return null;
-    return {
-      forge: 'github',
-      oauthUrl: c.CONDUCTOR_GITHUB_OAUTH_URL,
-      apiUrl: c.CONDUCTOR_GITHUB_API_URL,
-      clientId: c.CONDUCTOR_GITHUB_CLIENT_ID!,
-      clientSecret: secret,
-      timeoutMs: c.CONDUCTOR_SIGNIN_TIMEOUT_MS,
-    };
+    const { clientId, clientSecret, oauthUrl } = s.github;
+    if (!clientId || !clientSecret) return null;
+    const apiUrl = ctx.config.CONDUCTOR_GITHUB_API_URL;
+    return { forge: 'github', oauthUrl, apiUrl, clientId, clientSecret, timeoutMs };
   }
-  const secret =
-    c.CONDUCTOR_GITEA_CLIENT_SECRET ?? (await secretFromStore(ctx, 'gitea_client_secret'));
-  if (!secret) return null;
-  const base = c.CONDUCTOR_GITEA_URL!.replace(/\/+$/, '');
+  const { url, clientId, clientSecret } = s.gitea;
+  if (!url || !clientId || !clientSecret) return null;
+  const base = url.replace(/\/+$/, '');
   return {
     forge: 'gitea',
     oauthUrl: base,
     apiUrl: `${base}/api/v1`,
-    clientId: c.CONDUCTOR_GITEA_CLIENT_ID!,
-    clientSecret: secret,
-    timeoutMs: c.CONDUCTOR_SIGNIN_TIMEOUT_MS,
+    clientId,
+    clientSecret,
+    timeoutMs,
   };
 }
 

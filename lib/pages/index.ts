@@ -538,7 +538,11 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const artifact = (await jobArtifacts(ctx.pool, access.jobId)).find((a) => a.id === wanted);
     if (!artifact) throw new NotFoundError(`job ${access.jobId} has no artifact ${wanted}`);
     const store = storeFor(ctx.storage, ctx.config, ctx.keyring);
-    const location = await store.downloadUrl(artifact.storage_key, artifact.path, DOWNLOAD_URL_TTL_S);
+    const location = await store.downloadUrl(
+      artifact.storage_key,
+      artifact.path,
+      DOWNLOAD_URL_TTL_S,
+    );
     return { status: 302, headers: { location, 'cache-control': 'no-store' } };
   },
   'GET /jobs/{id}/log': async (event, ctx, _act, people) => {
@@ -577,7 +581,10 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const next = safeNext(event.queryStringParameters?.next);
     // Without a signed cookie the database is not asked (the idle gate's sign-in page).
     if (sessionOf(event, ctx) && (await signedInAs(event, ctx))) return redirect(next);
-    return htmlReply(200, renderLogin({ next, signedIn: false, forges: people.signInForges(ctx) }));
+    return htmlReply(
+      200,
+      renderLogin({ next, signedIn: false, forges: await people.signInForges(ctx) }),
+    );
   }),
   'GET /login/{forge}': asPage(async (event, ctx, _act, people) => {
     const name = pathParam(event, 'forge');

@@ -32,7 +32,7 @@ export interface PeopleGate {
   /** The one decision: may this person take this action on this project? */
   may(ctx: AppContext, person: Person, projectId: string, action: Action): Promise<Decision>;
   /** The forges one may sign in with (a client id is set), in the order shown. */
-  signInForges(ctx: AppContext): ForgeKind[];
+  signInForges(ctx: AppContext): Promise<ForgeKind[]>;
   /** A forge's OAuth settings with its client secret, or null when it is not configured. */
   oauthForge(ctx: AppContext, forge: string): Promise<OAuthForge | null>;
 }
