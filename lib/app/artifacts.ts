@@ -9,6 +9,7 @@ import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { ConflictError, PayloadTooLargeError } from '../errors.ts';
+import { log } from '../log.ts';
 import {
   type ArtifactRow,
   artifactTotals,
@@ -16,12 +17,15 @@ import {
   type BlobStore,
   DEFAULT_ARTIFACT_EXPIRY_S,
   DOWNLOAD_URL_TTL_S,
+  deleteExpiredArtifacts,
+  deleteStaleCaches,
   fileTooLarge,
   insertArtifact,
   jobArtifacts,
   leasedTask,
   markArtifactReady,
   neededArtifacts,
+  PENDING_UPLOAD_S,
   projectTooLarge,
   readyArtifact,
   type StorageLimits,
@@ -263,4 +267,35 @@ export async function listJobArtifacts(
 export async function artifactDownloadUrl(ctx: AppContext, artifactId: string): Promise<string> {
   const row = await readyArtifact(ctx.pool, artifactId);
   return storeOf(ctx).downloadUrl(row.storage_key, row.path, DOWNLOAD_URL_TTL_S);
+}
+
+/**
+ * Retention for the store (the sweep): expired artifacts and uploads never
+ * committed are deleted, rows first in a short transaction, then their
+ * objects; a bounded amount per call.
+ */
+export async function purgeStorage(
+  ctx: AppContext,
+  batch = 500,
+): Promise<{ artifacts_purged: number; caches_purged: number }> {
+  const artifacts = await transaction(
+    ctx.pool,
+    (tx) => deleteExpiredArtifacts(tx, batch, PENDING_UPLOAD_S),
+    { isolation: 'read committed' },
+  );
+  const caches = await transaction(
+    ctx.pool,
+    (tx) => deleteStaleCaches(tx, batch, PENDING_UPLOAD_S, ctx.config.CONDUCTOR_RETENTION_LOG_DAYS),
+    { isolation: 'read committed' },
+  );
+  const keys = [...artifacts, ...caches];
+  if (keys.length > 0) {
+    try {
+      await storeOf(ctx).delete(keys);
+    } catch (err) {
+      // The rows are gone: on S3 the bucket's lifecycle rule removes what is left.
+      log('warn', 'retention could not delete stored objects', { count: keys.length, err });
+    }
+  }
+  return { artifacts_purged: artifacts.length, caches_purged: caches.length };
 }

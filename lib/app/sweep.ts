@@ -5,6 +5,7 @@ import { syncWorkers } from '../idle/workers.ts';
 import { log } from '../log.ts';
 import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { scheduleWork } from '../schedules/store.ts';
+import { purgeStorage } from './artifacts.ts';
 import { dispatchCompile } from './dispatch.ts';
 import { type FireSummary, fireDueSchedules } from './schedules.ts';
 import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses.ts';
@@ -65,7 +66,11 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
       jobDays: ctx.config.CONDUCTOR_RETENTION_JOB_DAYS,
     }),
   );
-  const summary = { ...repairs, deferred, ...statuses, ...fired, ...purged, skipped };
+  // Expired artifacts and abandoned uploads (docs/artifacts.md).
+  const stored = await step('artifacts', { artifacts_purged: 0, caches_purged: 0 }, () =>
+    purgeStorage(ctx),
+  );
+  const summary = { ...repairs, deferred, ...statuses, ...fired, ...purged, ...stored, skipped };
   const { statuses_delivered: _d, skipped: _s, ...worth } = summary;
   if (skipped.length > 0 || deferred > 0) {
     log('warn', 'sweep left work for the next sweep', summary);

@@ -5,8 +5,8 @@ import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import { type AuditEvent, jobAuditEvents } from '../people/audit.ts';
 import { getJobView, type JobView, type TaskView } from '../scheduler/views.ts';
-import { humanBytes, jobArtifacts, jobCacheRestores } from '../storage/index.ts';
 import { FINISHED_JOB_STATES } from '../states.ts';
+import { humanBytes, jobArtifacts, jobCacheRestores } from '../storage/index.ts';
 import { CLIENT_SCRIPT } from './client.ts';
 import { type GraphTask, renderGraph, taskLines } from './graph.ts';
 import {

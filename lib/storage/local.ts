@@ -197,6 +197,7 @@ export class LocalStore implements BlobStore {
   }
 
   private sign(grant: Grant): string {
+    checkKey(grant.k);
     const payload = Buffer.from(JSON.stringify(grant)).toString('base64url');
     const signature = createHmac('sha256', this.key).update(payload).digest('base64url');
     // Relative: the runner resolves it against the control plane's URL, a browser against the page's.

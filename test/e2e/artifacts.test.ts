@@ -9,6 +9,8 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
+import { purgeStorage } from '../../lib/app/artifacts.ts';
+import { transaction } from '../../lib/db/index.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, tempDir } from '../runner/support.ts';
 
@@ -242,4 +244,42 @@ test('an artifact over the per-file limit fails its task with an error naming th
   );
   const list = await stack.call('GET', `/v1/jobs/${jobId}/artifacts`, admin);
   assert.deepEqual(list.body.artifacts, []);
+});
+
+test('retention purges an expired artifact: its row, its object, and its download answer 404', async () => {
+  const f = await Fixture.create(
+    stack,
+    'expire',
+    `  build:
+    script:
+      - echo gone-soon > out.txt
+    artifacts:
+      paths: [out.txt]
+      expire_in: 1d
+`,
+  );
+  await f.runner();
+  const jobId = await f.trigger();
+  assert.equal((await f.finished(jobId)).job.state, 'success');
+  const [artifact] = (await stack.call('GET', `/v1/jobs/${jobId}/artifacts`, admin)).body.artifacts;
+  const redirect = await fetch(`${stack.url}/v1/artifacts/${artifact.id}`, {
+    headers: { authorization: `Bearer ${stack.adminToken}` },
+    redirect: 'manual',
+  });
+  const location = redirect.headers.get('location')!;
+  // A day passes.
+  await transaction(stack.context.pool, (tx) =>
+    tx.query(`update artifacts set expires_at = now() - interval '1 second' where id = $1`, [
+      artifact.id,
+    ]),
+  );
+  const purged = await purgeStorage(stack.context);
+  assert.ok(purged.artifacts_purged >= 1);
+  assert.deepEqual(
+    (await stack.call('GET', `/v1/jobs/${jobId}/artifacts`, admin)).body.artifacts,
+    [],
+  );
+  assert.equal((await stack.call('GET', `/v1/artifacts/${artifact.id}`, admin)).status, 404);
+  // The URL handed out before is still signed, but the object is gone.
+  assert.equal((await fetch(new URL(location, stack.url))).status, 404);
 });
