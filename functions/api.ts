@@ -9,7 +9,7 @@ import {
   listJobArtifacts,
   neededArtifactsFor,
 } from '../lib/app/artifacts.ts';
-import { listProjectAudit } from '../lib/app/audit.ts';
+import { auditJob, listProjectAudit } from '../lib/app/audit.ts';
 import {
   CacheRestoreSchema,
   CacheSaveSchema,
@@ -19,6 +19,7 @@ import {
   restoreCache,
   saveCache,
 } from '../lib/app/caches.ts';
+import { refreshDirectoryEntry } from '../lib/app/directory.ts';
 import { checkHealth } from '../lib/app/health.ts';
 import {
   approveBlockedJob,
@@ -147,12 +148,13 @@ const routes: Record<string, Route> = {
     await deleteProject(ctx.pool, pathParam(event, 'id'));
     return { status: 204 };
   },
-  'POST /v1/projects/{id}/webhook-secret': async (event, ctx, by) => ({
-    status: 200,
-    body: {
-      webhook_secret: await rotateWebhookSecret(ctx.pool, ctx.keyring, pathParam(event, 'id'), by),
-    },
-  }),
+  'POST /v1/projects/{id}/webhook-secret': async (event, ctx, by) => {
+    const id = pathParam(event, 'id');
+    const secret = await rotateWebhookSecret(ctx.pool, ctx.keyring, id, by);
+    // A closed gate checks signatures against the directory: tell it first.
+    await refreshDirectoryEntry(ctx, id);
+    return { status: 200, body: { webhook_secret: secret } };
+  },
   'GET /v1/projects/{id}/audit': async (event, ctx) => {
     const { limit, before } = queryParams(event, AuditQuery);
     return {
@@ -188,9 +190,9 @@ const routes: Record<string, Route> = {
       body: { jobs: await listProjectJobs(ctx.pool, projectId, limit, before) },
     };
   },
-  'POST /v1/projects/{id}/jobs': async (event, ctx) => {
+  'POST /v1/projects/{id}/jobs': async (event, ctx, by) => {
     const trigger = jsonBody(event, TriggerSchema);
-    const job = await startManualJob(ctx, pathParam(event, 'id'), trigger);
+    const job = await startManualJob(ctx, pathParam(event, 'id'), trigger, by);
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/jobs/{id}': async (event, ctx) => ({
@@ -210,18 +212,18 @@ const routes: Record<string, Route> = {
     status: 200,
     body: { job: await approveBlockedJob(ctx, idParam(event, 'id', 'job'), by) },
   }),
-  'POST /v1/jobs/{id}/tasks/{name}/unblock': async (event, ctx) => ({
-    status: 200,
-    body: {
-      task: await unblockJobTask(
-        ctx,
-        idParam(event, 'id', 'job'),
-        pathParam(event, 'name'),
-        jsonBody(event, UnblockSchema),
-        { via: 'token' },
-      ),
-    },
-  }),
+  'POST /v1/jobs/{id}/tasks/{name}/unblock': async (event, ctx, by = ADMIN_BEARER) => {
+    const jobId = idParam(event, 'id', 'job');
+    const task = await unblockJobTask(
+      ctx,
+      jobId,
+      pathParam(event, 'name'),
+      jsonBody(event, UnblockSchema),
+      by,
+    );
+    await auditJob(ctx.pool, by, jobId, 'unblock', task.name);
+    return { status: 200, body: { task } };
+  },
   'POST /v1/jobs/{id}/rerun': async (event, ctx, by) => {
     const { failed_only } = jsonBody(event, RerunSchema);
     const job = await rerunFinishedJob(ctx, idParam(event, 'id', 'job'), failed_only, by);
@@ -365,14 +367,15 @@ const runnerRoutes: Record<string, Route> = {
 /** A page's form on a job goes through the admin route of the same name. */
 const jobAction: JobAction = async (action, jobId, body, event, ctx, by = ADMIN_BEARER) => {
   if (action === 'unblock') {
-    // The page's session, not the admin token: the use case records who.
+    // The page's person: the use case checks they may (mayUnblock) and records who.
     const task = await unblockJobTask(
       ctx,
       jobId,
       String(body.task ?? ''),
       UnblockSchema.parse({ fields: body.fields }),
-      { via: 'session' },
+      by,
     );
+    await auditJob(ctx.pool, by, jobId, 'unblock', task.name);
     return { status: 200, body: { task } };
   }
   if (action === 'run') {
@@ -404,7 +407,9 @@ async function main(event: HttpEvent): Promise<Reply> {
   const ctx = await getContext();
   if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx) };
   const pageRoute = PAGE_ROUTES[key];
-  if (pageRoute) return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);
+  if (pageRoute) {
+    return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);
+  }
   const runnerRoute = runnerRoutes[key];
   if (runnerRoute) return runnerRoute(event, ctx);
   requireAdmin(event, ctx.adminToken);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { claimForRunner } from '../lib/app/claim.ts';
+import { answerFromClosedGate, claimForRunner } from '../lib/app/claim.ts';
 import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
@@ -38,8 +38,11 @@ async function main(
     labels = jsonBody(event, ClaimSchema).labels;
     key = idempotencyKey(event);
   } catch (err) {
-    // A bad token is a 401 even when the body is bad too.
-    await requireWorker(ctx.pool, event);
+    // A bad token is a 401 even when the body is bad too; a closed idle
+    // gate says so from its bucket, without the database.
+    if ((await answerFromClosedGate(ctx, tokenHash, undefined)) === undefined) {
+      await requireWorker(ctx.pool, event);
+    }
     throw err;
   }
   // The token check and the claim are one statement (one round trip). The

@@ -5,7 +5,11 @@ import { type HttpEvent, httpFunction, type Reply, rawBody } from '../lib/http/i
 /** POST /v1/webhooks/github and /v1/webhooks/gitea. */
 async function main(event: HttpEvent): Promise<Reply> {
   const forge = event.rawPath.endsWith('/gitea') ? 'gitea' : 'github';
-  return receiveWebhook(await getContext(), forge, event.headers ?? {}, rawBody(event));
+  // API Gateway's request time: a delivery queued while the database resumed
+  // carries it, and superseding goes by it.
+  const at = event.requestContext?.timeEpoch;
+  const receivedAt = typeof at === 'number' ? new Date(at) : new Date();
+  return receiveWebhook(await getContext(), forge, event.headers ?? {}, rawBody(event), receivedAt);
 }
 
 export const handler = httpFunction(main, { maxBodyBytes: MAX_WEBHOOK_BYTES });

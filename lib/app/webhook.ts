@@ -7,13 +7,19 @@ import {
   type ForgeKind,
   notJsonMessage,
   parseWebhook,
+  readPushDiff,
   readWebhookHeaders,
   verifySignature,
   type WebhookIntent,
 } from '../forge/webhook.ts';
 import type { Reply } from '../http/index.ts';
 import { awsIntake, forgetBody, messageBody } from '../idle/aws-intake.ts';
-import { type DeliveryMessage, databaseAnswers, type WebhookIntake } from '../idle/intake.ts';
+import {
+  type DeliveryMessage,
+  type DirectoryEntry,
+  databaseAnswers,
+  type WebhookIntake,
+} from '../idle/intake.ts';
 import { log } from '../log.ts';
 import { cancelPullRequest, createJob } from '../scheduler/index.ts';
 import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
@@ -203,7 +209,10 @@ export async function handleDelivery(
     repo: intent.repo,
     secretEnc: project.webhook_secret_enc,
   };
-  return { verifiedBy, reply: await afterVerified(ctx, project, intent, delivery, body) };
+  return {
+    verifiedBy,
+    reply: await afterVerified(ctx, project, intent, delivery, body, payload),
+  };
 }
 
 async function afterVerified(
@@ -212,6 +221,7 @@ async function afterVerified(
   intent: WebhookIntent,
   delivery: string,
   body: Buffer,
+  payload: unknown,
 ): Promise<Reply> {
   const { pool } = ctx;
   if (!project.enabled) return { status: 200, body: { ignored: 'the project is disabled' } };
@@ -249,6 +259,8 @@ async function afterVerified(
     blocked: untrusted && project.fork_pull_requests === 'approve',
     pullRequest: intent.pullRequest,
     baseRef: intent.baseRef,
+    // What the changes: filters are decided on (lib/app/changes.ts).
+    ...(intent.trigger === 'push' ? { push: readPushDiff(payload) } : {}),
     deliveryId: delivery,
     // The signature covers the body, not the delivery id: a signed body
     // accepted before is answered as a duplicate whatever id it comes with.
@@ -269,6 +281,19 @@ async function afterVerified(
 // so a delivery writes the entry only when it changed.
 const published = new Map<string, string>();
 
+/** The directory entry's secret, or undefined when the keyring cannot open it (then only the database can say). */
+function directorySecret(ctx: AppContext, entry: DirectoryEntry): string | undefined {
+  try {
+    return webhookSecret(ctx.keyring, {
+      id: entry.projectId,
+      webhook_secret_enc: entry.secretEnc,
+    } as ProjectRow);
+  } catch (err) {
+    log('warn', 'a webhook directory entry that cannot be opened', { err, repo: entry.repo });
+    return undefined;
+  }
+}
+
 function intakeOf(ctx: AppContext): WebhookIntake | undefined {
   const { CONDUCTOR_WEBHOOK_QUEUE_URL: queue, CONDUCTOR_GATE_BUCKET: bucket } = ctx.config;
   if (!ctx.intake && queue && bucket) ctx.intake = awsIntake(queue, bucket);
@@ -288,29 +313,34 @@ export async function receiveWebhook(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
+  receivedAt: Date = new Date(),
 ): Promise<Reply> {
   const intake = intakeOf(ctx);
   if (intake) {
     // 400s first: they need no database.
     const { intent, delivery, signature } = checkDelivery(forge, headers, body);
+    // Then the signature, against the directory: a delivery it refuses is
+    // answered 401 without a connection, so a stranger cannot wake the
+    // database. Rotating a project's secret rewrites its entry.
+    const entry = await intake.directory.get(forge, intent.repo).catch((err) => {
+      log('warn', 'could not read the webhook directory', { err });
+      return undefined;
+    });
+    const secret = entry ? directorySecret(ctx, entry) : undefined;
+    if (secret !== undefined && !verifySignature(forge, body, secret, signature)) {
+      throw new UnauthorizedError('the webhook signature is missing or wrong');
+    }
     if (!(await databaseAnswers(ctx.pool, ctx.config.CONDUCTOR_WEBHOOK_DB_WAIT_MS))) {
-      const entry = await intake.directory.get(forge, intent.repo).catch((err) => {
-        log('warn', 'could not read the webhook directory', { err });
-        return undefined;
+      // Verified by the directory, or unknown to it (a new project, an
+      // unreadable entry): queued all the same, and the consumer answers an
+      // unknown repository or a bad signature 404 or 401 in its log. Waiting
+      // for the database here could outlast the forge's patience.
+      await intake.queue.send({ forge, headers, body, receivedAt });
+      log('info', 'the database did not answer in time: delivery queued', {
+        delivery,
+        vouched: secret !== undefined,
       });
-      const secret = entry
-        ? webhookSecret(ctx.keyring, {
-            id: entry.projectId,
-            webhook_secret_enc: entry.secretEnc,
-          } as ProjectRow)
-        : undefined;
-      if (secret !== undefined && verifySignature(forge, body, secret, signature)) {
-        await intake.queue.send({ forge, headers, body });
-        log('info', 'the database did not answer in time: delivery queued', { delivery });
-        return { status: 202, body: { queued: true, delivery } };
-      }
-      // Unknown here, or a secret rotated since: only the database can say
-      // 404 or 401, so wait for it (the connect covers a resume).
+      return { status: 202, body: { queued: true, delivery } };
     }
   }
   const { reply, verifiedBy } = await handleDelivery(ctx, forge, headers, body);

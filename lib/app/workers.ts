@@ -1,8 +1,11 @@
 import { z } from 'zod';
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
-import { NotFoundError, ValidationError } from '../errors.ts';
+import { NotFoundError, UnavailableError, ValidationError } from '../errors.ts';
 import { hashToken, newToken, workerTokenHash, workerTokenRequired } from '../http/auth.ts';
 import type { HttpEvent } from '../http/index.ts';
+import { type IdleGate, openGate } from '../idle/gate.ts';
+import { entryOf, publishWorker } from '../idle/workers.ts';
+import { log } from '../log.ts';
 import { WORKER_BY_TOKEN, workerByTokenFor } from '../scheduler/worker-token.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
@@ -53,10 +56,17 @@ const COLUMNS = `id, name, labels, untrusted,
   case when projects is null then to_jsonb('*'::text) else to_jsonb(projects) end as projects,
   ephemeral, created_at, last_seen_at, revoked`;
 
-/** Registers a worker; its token is answered once and only its hash is kept. */
+/**
+ * Registers a worker; its token is answered once and only its hash is kept.
+ * With an idle gate, the hash goes to the gate's bucket after the commit
+ * (lib/idle/workers.ts), and the gate opens: a queued task nobody could
+ * claim may be this worker's. If the bucket refuses, the worker is revoked
+ * again and the answer is a 503: its token was never shown.
+ */
 export async function createWorker(
   pool: Pool,
   input: WorkerCreate,
+  gate?: IdleGate,
 ): Promise<{ worker: WorkerView; token: string }> {
   const token = newToken('cw');
   const labels = [...new Set(input.labels)].sort();
@@ -88,6 +98,21 @@ export async function createWorker(
     );
     return rows[0]!;
   });
+  if (gate) {
+    try {
+      await publishWorker(gate, hashToken(token), entryOf({ ...worker, projects, revoked: false }));
+    } catch (err) {
+      log('error', 'could not write a new worker token to the idle gate; revoked again', { err });
+      await transaction(pool, (tx) =>
+        tx.query('update workers set revoked = true where id = $1', [worker.id]),
+      );
+      throw new UnavailableError(
+        'the worker could not be registered with the idle gate; register it again',
+        { cause: err },
+      );
+    }
+    await openGate(gate);
+  }
   return { worker, token };
 }
 
@@ -99,13 +124,38 @@ export async function listWorkers(db: Queryable): Promise<WorkerView[]> {
   return rows;
 }
 
-/** Revokes a worker: its token stops working at once; the row stays for the history. */
-export async function revokeWorker(pool: Pool, id: string): Promise<void> {
+/**
+ * Revokes a worker: its token stops working at once; the row stays for the
+ * history. With an idle gate, its entry in the gate's bucket is replaced by a
+ * revocation after the commit; if the bucket refuses, a 503 says to repeat
+ * the revocation (the database already refuses the token).
+ */
+export async function revokeWorker(pool: Pool, id: string, gate?: IdleGate): Promise<void> {
   const found = await transaction(pool, async (tx) => {
-    const { rowCount } = await tx.query('update workers set revoked = true where id = $1', [id]);
-    return rowCount === 1;
+    const { rows } = await tx.query<{
+      token_hash: Buffer;
+      labels: string[];
+      projects: string[] | null;
+      untrusted: boolean;
+      ephemeral: boolean;
+    }>(
+      `update workers set revoked = true where id = $1
+       returning token_hash, labels, projects, untrusted, ephemeral`,
+      [id],
+    );
+    return rows[0];
   });
   if (!found) throw new NotFoundError(`worker ${id} does not exist`);
+  if (gate) {
+    try {
+      await publishWorker(gate, found.token_hash, entryOf({ ...found, revoked: true }));
+    } catch (err) {
+      throw new UnavailableError(
+        `worker ${id} is revoked in the database, but the idle gate could not be told; revoke it again`,
+        { cause: err },
+      );
+    }
+  }
 }
 
 export interface AuthenticatedWorker {

@@ -30,7 +30,11 @@ export function awsIntake(queueUrl: string, bucket: string): WebhookIntake {
   return {
     queue: {
       async send(d: QueuedDelivery) {
-        const message: DeliveryMessage = { forge: d.forge, headers: d.headers };
+        const message: DeliveryMessage = {
+          forge: d.forge,
+          headers: d.headers,
+          ...(d.receivedAt ? { receivedAt: d.receivedAt.toISOString() } : {}),
+        };
         if (d.body.length > INLINE_BODY_BYTES) {
           message.bodyKey = `${DELIVERY_PREFIX}${randomUUID()}`;
           await s3.send(

@@ -8,12 +8,15 @@
 import { createHash } from 'node:crypto';
 import type { Pool } from '../db/index.ts';
 import type { ForgeKind } from '../forge/webhook.ts';
+import type { IdleGate } from './gate.ts';
 
 /** A delivery as the forge sent it. */
 export interface QueuedDelivery {
   forge: ForgeKind;
   headers: Record<string, string | undefined>;
   body: Buffer;
+  /** When the API received it (API Gateway's request time): what superseding goes by. */
+  receivedAt?: Date;
 }
 
 /** What checks a queued delivery's signature without the database. */
@@ -61,6 +64,8 @@ export interface DeliveryMessage {
   headers: Record<string, string | undefined>;
   body?: string;
   bodyKey?: string;
+  /** When the API received the delivery (ISO time). */
+  receivedAt?: string;
 }
 
 /**
@@ -90,4 +95,18 @@ export async function databaseAnswers(pool: Pool, ms: number): Promise<boolean> 
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * The directory as objects of the gate's bucket, for functions that carry no
+ * S3 client (the api rewrites an entry when a project's secret rotates).
+ */
+export function gateDirectory(gate: IdleGate): WebhookDirectory {
+  return {
+    get: async (forge, repo) => {
+      const text = await gate.store.read(directoryKey(forge, repo));
+      return text === undefined ? undefined : (JSON.parse(text) as DirectoryEntry);
+    },
+    put: (forge, entry) => gate.write(directoryKey(forge, entry.repo), JSON.stringify(entry)),
+  };
 }

@@ -1,29 +1,40 @@
-// The idle gate's marker as an S3 object, reached through the VPC's free
-// gateway endpoint. S3 is strongly consistent (read after write, and after
-// delete), which the gate's ordering argument relies on. Three plain signed
-// requests (lib/aws-sign.ts) instead of the S3 client, which would add about
-// 400 KB to every function's bundle.
+// The idle gate's bucket through plain signed requests, reached through the
+// VPC's free gateway endpoint. S3 is strongly consistent (read after write,
+// and after delete), which the gate's ordering argument relies on. Four plain
+// signed requests (lib/aws-sign.ts) instead of the S3 client, which would add
+// about 400 KB to every function's bundle.
+//
+// A missing object answers 404 only to a caller that may list the bucket
+// (s3:ListBucket); without it S3 answers 403. infra/stack.ts grants the
+// readers ListBucket for that reason.
 import { type AwsCredentials, credentialsFromEnv, signedHeaders } from '../aws-sign.ts';
-import type { GateStore } from './gate.ts';
+import { type GateStore, OPEN_KEY } from './gate.ts';
 
-export const GATE_KEY = 'gate/open';
+/** The marker's key (kept for infra/stack.ts's policies). */
+export const GATE_KEY = OPEN_KEY;
 
-/** The marker `s3://bucket/gate/open`. */
+type S3Config = AwsCredentials & { region: string; endpoint?: string };
+
+/** The objects of `s3://bucket/`. */
 export class S3GateStore implements GateStore {
   readonly bucket: string;
-  readonly #config: () => AwsCredentials & { region: string; endpoint?: string };
-  constructor(
-    bucket: string,
-    config: () => AwsCredentials & { region: string; endpoint?: string } = credentialsFromEnv,
-  ) {
+  readonly #config: () => S3Config;
+  readonly #timeoutMs: number;
+  constructor(bucket: string, config: () => S3Config = credentialsFromEnv, timeoutMs = 2_000) {
     this.bucket = bucket;
     this.#config = config;
+    this.#timeoutMs = timeoutMs;
   }
 
-  async #send(method: 'HEAD' | 'PUT' | 'DELETE', body?: string): Promise<Response> {
+  async #send(
+    method: 'HEAD' | 'GET' | 'PUT' | 'DELETE',
+    key: string,
+    body?: string,
+  ): Promise<{ status: number; text: string }> {
     const { endpoint, region, ...credentials } = this.#config();
     const base = new URL(endpoint ?? `https://${this.bucket}.s3.${region}.amazonaws.com`);
-    const path = `/${GATE_KEY}`;
+    // Keys are ours: letters, digits, '/', '-', '.', '_' only; nothing to encode.
+    const path = `/${key}`;
     const headers = signedHeaders({
       method,
       host: base.host,
@@ -37,24 +48,27 @@ export class S3GateStore implements GateStore {
       method,
       headers,
       body,
-      signal: AbortSignal.timeout(3_000),
+      signal: AbortSignal.timeout(this.#timeoutMs),
     });
-    if (!res.ok && !(method === 'HEAD' && res.status === 404)) {
-      throw new Error(
-        `S3 ${method} s3://${this.bucket}${path}: HTTP ${res.status} ${await res.text()}`,
-      );
+    const text = await res.text().catch(() => '');
+    const missing = res.status === 404 && (method === 'HEAD' || method === 'GET');
+    if (!res.ok && !missing) {
+      throw new Error(`S3 ${method} s3://${this.bucket}${path}: HTTP ${res.status} ${text}`);
     }
-    await res.arrayBuffer().catch(() => undefined);
-    return res;
+    return { status: res.status, text };
   }
 
-  async isOpen() {
-    return (await this.#send('HEAD')).status !== 404;
+  async exists(key: string) {
+    return (await this.#send('HEAD', key)).status !== 404;
   }
-  async open() {
-    await this.#send('PUT', new Date().toISOString());
+  async read(key: string) {
+    const { status, text } = await this.#send('GET', key);
+    return status === 404 ? undefined : text;
   }
-  async close() {
-    await this.#send('DELETE');
+  async write(key: string, body: string) {
+    await this.#send('PUT', key, body);
+  }
+  async remove(key: string) {
+    await this.#send('DELETE', key);
   }
 }

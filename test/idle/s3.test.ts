@@ -51,7 +51,7 @@ for (const [method, body] of [
   });
 }
 
-test('the store reads 404 as closed, 200 as open, and fails on anything else', async () => {
+test('the store reads 404 as missing, 200 as there, and fails on anything else', async () => {
   const seen: { method?: string; url?: string; auth?: string }[] = [];
   let status = 404;
   const server = createServer((req: IncomingMessage, res) => {
@@ -65,17 +65,19 @@ test('the store reads 404 as closed, 200 as open, and fails on anything else', a
   after(() => new Promise((done) => server.close(done)));
   const endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const store = new S3GateStore('b', () => ({ ...credentials, region: 'eu-west-1', endpoint }));
-  assert.equal(await store.isOpen(), false);
+  assert.equal(await store.exists(GATE_KEY), false);
+  assert.equal(await store.read('workers/ab.json'), undefined);
   status = 200;
-  await store.open();
-  assert.equal(await store.isOpen(), true);
-  await store.close();
+  await store.write(GATE_KEY, 'open');
+  assert.equal(await store.exists(GATE_KEY), true);
+  await store.remove(GATE_KEY);
   status = 403;
-  await assert.rejects(store.isOpen(), /HTTP 403/);
+  await assert.rejects(store.exists(GATE_KEY), /HTTP 403/);
   assert.deepEqual(
     seen.map((s) => `${s.method} ${s.url}`),
     [
       'HEAD /gate/open',
+      'GET /workers/ab.json',
       'PUT /gate/open',
       'HEAD /gate/open',
       'DELETE /gate/open',
