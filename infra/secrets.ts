@@ -8,6 +8,9 @@ import type { Construct } from 'constructs';
  * `{"admin_token"}`), read only by the api. Neither value is in the template.
  * The app secret once carried the key too; it keeps its logical id, so an
  * upgrade regenerates its value (a new admin token) instead of orphaning it.
+ * An operator adds the sign-in's OAuth clients to the app secret
+ * (`github_client_id`, `github_client_secret`, `gitea_url`, ...: docs/deploy.md,
+ * "Sign-in with GitHub or Gitea"); lib/app/people.ts reads them.
  */
 export function createAppSecrets(scope: Construct): {
   secretKey: secretsmanager.Secret;
