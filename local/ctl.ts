@@ -3,9 +3,11 @@
 // all through the HTTP API like any other client; and checks a pipeline file
 // with the server's compiler, with no server at all (`validate`).
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
-import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { basename, dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { formatIssue, planPipeline } from '../lib/app/jobs.ts';
 import { taskLines } from '../lib/pages/graph.ts';
@@ -63,6 +65,14 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
   cancel JOB_ID                             cancel a job (a blocked one is declined)
   rerun JOB_ID [--failed-only]              run a finished job again as a new job
                                             (--failed-only: successful tasks are kept)
+  artifacts JOB_ID                          list a job's artifacts (path, size, expiry, id)
+  artifact download ARTIFACT_ID [--file PATH]
+                                            download an artifact as itself (a directory
+                                            as one tar.gz named after its task); default
+                                            file: its name, in the current directory
+  caches --project ID                       list a project's caches (key, scope, size, last use)
+  cache delete --project ID --name KEY [--scope SCOPE]
+                                            delete a cache key (every scope unless --scope)
   log TASK_ID [--attempt N]                 print a task's log (a task kept by a
                                             --failed-only rerun: the log it was kept from)
   validate [FILE] [--ref REF]               check a pipeline file (default .conductor.yml)
@@ -270,6 +280,7 @@ function parse(argv: string[]) {
       cron: { type: 'string' },
       timezone: { type: 'string' },
       'catch-up': { type: 'string' },
+      scope: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -321,7 +332,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
     }
     if (command === 'validate') return await validate(positionals.slice(1), values, io);
     switch (
-      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke', 'delete'].includes(sub) ? ` ${sub}` : ''}`
+      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke', 'delete', 'download'].includes(sub) ? ` ${sub}` : ''}`
     ) {
       case 'projects':
         print((await api('GET', '/v1/projects')).json);
@@ -599,6 +610,64 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         });
         print(started.json);
         io.out(`follow it: npm run ctl -- job ${started.json.job_id}`);
+        return 0;
+      }
+      // Artifacts and caches (docs/artifacts.md).
+      case 'artifacts': {
+        if (!sub) throw new UsageError('artifacts needs a JOB_ID');
+        const { artifacts } = (await api('GET', `/v1/jobs/${encodeURIComponent(sub)}/artifacts`))
+          .json;
+        for (const a of artifacts) {
+          io.out(`${a.task_name}\t${a.path}\t${a.size} bytes\texpires ${a.expires_at}\t${a.id}`);
+        }
+        return 0;
+      }
+      case 'artifact download': {
+        if (!arg) throw new UsageError('artifact download needs an ARTIFACT_ID');
+        // The redirect goes to the store's short-lived URL: the admin token stays here.
+        const first = await doFetch(`${base}/v1/artifacts/${encodeURIComponent(arg)}`, {
+          headers: { authorization: `Bearer ${adminToken(values, io.env)}` },
+          redirect: 'manual',
+        });
+        const location = first.headers.get('location');
+        if (first.status !== 302 || !location) {
+          const text = await first.text();
+          const message = (() => {
+            try {
+              return JSON.parse(text).error.message;
+            } catch {
+              return text || first.statusText;
+            }
+          })();
+          throw new Error(`GET /v1/artifacts/${arg}: HTTP ${first.status}: ${message}`);
+        }
+        const res = await doFetch(new URL(location, base));
+        if (!res.ok || !res.body) throw new Error(`downloading the artifact: HTTP ${res.status}`);
+        const named = /filename\*=UTF-8''([^;]+)/.exec(
+          res.headers.get('content-disposition') ?? '',
+        );
+        const file = values.file ?? basename(decodeURIComponent(named?.[1] ?? arg));
+        await pipeline(
+          Readable.fromWeb(res.body as import('node:stream/web').ReadableStream<Uint8Array>),
+          createWriteStream(file),
+        );
+        io.out(`wrote ${file}`);
+        return 0;
+      }
+      case 'caches': {
+        const project = encodeURIComponent(required(values, 'project'));
+        const { caches } = (await api('GET', `/v1/projects/${project}/caches`)).json;
+        for (const c of caches) {
+          io.out(`${c.key}\t${c.scope}\t${c.size} bytes\tlast used ${c.last_used_at}`);
+        }
+        return 0;
+      }
+      case 'cache delete': {
+        const project = encodeURIComponent(required(values, 'project'));
+        const key = required(values, 'name');
+        const scope = values.scope ? `?scope=${encodeURIComponent(values.scope)}` : '';
+        await api('DELETE', `/v1/projects/${project}/caches/${encodeURIComponent(key)}${scope}`);
+        io.out(`deleted cache ${key}`);
         return 0;
       }
       case 'log': {
