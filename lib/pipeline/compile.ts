@@ -243,8 +243,13 @@ function withInputsAndWhen(
 ): void {
   const values = resolveInputs(file.inputs, trigger, root, issues);
   applyInputs(pipeline.tasks, file.inputs, values, root, issues);
-  for (const task of pipeline.tasks) task.when = runWhenOf(file.tasks[task.baseName]?.when);
-  pipeline.inputs = compileDeclarations(file.inputs);
+  // Set only where they say something, so that a pipeline without them
+  // compiles to what it did before.
+  for (const task of pipeline.tasks) {
+    const when = runWhenOf(file.tasks[task.baseName]?.when);
+    if (when !== 'on_success') task.when = when;
+  }
+  if (file.inputs) pipeline.inputs = compileDeclarations(file.inputs);
 }
 
 // Schema problems at their locations, leaving out those in inherited values: each is reported

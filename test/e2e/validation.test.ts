@@ -199,7 +199,8 @@ test('a malformed manual trigger is a 400 naming the field, and creates no job',
   await expect400(admin('POST', `/v1/projects/${project.project.id}/jobs`), [
     ...NOT_OBJECTS,
     ['no body', '', 'ref'],
-    ['sha missing', { ref: 'main' }, 'sha'],
+    // Without a sha the ref's head is asked of the forge, which has no such branch.
+    ['sha missing, and the ref has no head', { ref: 'main' }, 'ref'],
     ['ref missing', { sha: commit }, 'ref'],
     ['sha too short', { ref: 'main', sha: commit.slice(0, 12) }, 'sha'],
     ['sha not hex', { ref: 'main', sha: 'z'.repeat(40) }, 'sha'],

@@ -411,7 +411,7 @@ test('ctl --help lists every command the CLI runs', async () => {
   // And nothing it lists is unknown to it.
   const listed = [
     ...help.out.matchAll(
-      /^ {2}([a-z]+(?: (?:create|update|show|revoke|set|push|approve))?)(?= |$)/gm,
+      /^ {2}([a-z]+(?: (?:create|update|show|revoke|set|push|approve|delete))?)(?= |$)/gm,
     ),
   ].map((m) => m[1]!);
   for (const command of listed) assert.ok([...commands, 'validate'].includes(command), command);
