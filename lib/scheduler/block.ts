@@ -4,27 +4,12 @@
 // ended by the sweep once its deadline passes (failed or skipped, as its
 // on_timeout says). Either way it is one conditional write on `blocked`, so an
 // unblock racing the timeout or a cancel takes effect once.
-import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import { type Pool, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError, type ValidationIssue } from '../errors.ts';
 import type { CompiledBlock } from '../pipeline/index.ts';
-import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
-import { followUpAfterCommit, skipReachable } from './progress.ts';
+import { enqueueStatus } from './outbox.ts';
+import { followUpAfterCommit, noteBlockedTx, skipReachable } from './progress.ts';
 import type { TaskRow } from './types.ts';
-
-/**
- * Records "waiting for approval: <prompt>" for a job with a blocked task (the
- * first by position), in the caller's transaction; nothing otherwise.
- */
-export async function noteBlockedTx(tx: Queryable, jobId: string): Promise<void> {
-  const { rows } = await tx.query<{ prompt: string }>(
-    `select t.block ->> 'prompt' as prompt from tasks t
-      where t.job_id = $1 and t.state = 'blocked' order by t.position limit 1`,
-    [jobId],
-  );
-  if (rows[0]) {
-    await enqueueStatus(tx, jobId, 'pending', `${WAITING_FOR_APPROVAL}: ${rows[0].prompt}`);
-  }
-}
 
 /** Most characters one field's value may have. */
 export const MAX_FIELD_CHARS = 4096;
@@ -171,3 +156,6 @@ export async function timeOutBlock(
     { isolation: 'read committed', lockTimeoutMs },
   );
 }
+
+// Kept here for the callers that import it from this module.
+export { noteBlockedTx } from './progress.ts';

@@ -8,7 +8,7 @@ import { type Pool, prepared, type Queryable, statement, transaction } from '../
 import { log } from '../log.ts';
 import { describeBytes } from '../pipeline/limits.ts';
 import type { JobState, TaskRunWhen } from '../states.ts';
-import { noteBlockedTx } from './block.ts';
+import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { MAX_INHERITED_OUTPUT_BYTES } from './outputs.ts';
 
 /**
@@ -39,6 +39,21 @@ export async function skipReachable(
     [fromIds, because],
   );
   return rowCount ?? 0;
+}
+
+/**
+ * Records "waiting for approval: <prompt>" for a job with a blocked task (the
+ * first by position), in the caller's transaction; nothing otherwise.
+ */
+export async function noteBlockedTx(tx: Queryable, jobId: string): Promise<void> {
+  const { rows } = await tx.query<{ prompt: string }>(
+    `select t.block ->> 'prompt' as prompt from tasks t
+      where t.job_id = $1 and t.state = 'blocked' order by t.position limit 1`,
+    [jobId],
+  );
+  if (rows[0]) {
+    await enqueueStatus(tx, jobId, 'pending', `${WAITING_FOR_APPROVAL}: ${rows[0].prompt}`);
+  }
 }
 
 export interface PromoteResult {

@@ -1,10 +1,9 @@
 import { type Pool, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import { FINISHED_JOB_STATES, type JobState } from '../states.ts';
-import { noteBlockedTx } from './block.ts';
 import { createJobTx, getJob, insertTasksTx } from './jobs.ts';
 import { enqueueStatus } from './outbox.ts';
-import { followUpAfterCommit } from './progress.ts';
+import { followUpAfterCommit, noteBlockedTx } from './progress.ts';
 import type { JobRow, TaskRow, TaskSpec } from './types.ts';
 
 export interface RerunResult {

@@ -1,6 +1,7 @@
 // changes: and block: in the pipeline file (issue #30): how they are written,
 // what they compile to, how path patterns match (picomatch), and the errors.
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { type CompiledChanges, changesMatch, changesSkipReason } from '../../lib/pipeline/index.ts';
 import { compile, issuesOf, yaml } from './helpers.ts';
@@ -143,5 +144,39 @@ describe('block:', () => {
       '8:30 tasks.f.block: unknown key "promt" (did you mean "prompt"?)',
       '9:6 tasks.g: missing required key "script"',
     ]);
+  });
+});
+
+describe('docs/pipeline.md', () => {
+  const reference = readFileSync(new URL('../../docs/pipeline.md', import.meta.url), 'utf8');
+  const section = (title: string) => {
+    const start = reference.indexOf(`## \`${title}\``);
+    const body = reference.slice(start, reference.indexOf('\n## ', start + 1));
+    return /```yml\n([\s\S]*?)```/.exec(body)?.[1] ?? '';
+  };
+
+  test('the changes: example compiles to the filters it describes', () => {
+    const tasks = compile(`version: 1\n${section('changes')}`).tasks;
+    assert.deepEqual(
+      tasks.map((t) => [t.name, t.changes]),
+      [
+        ['web', { include: ['web/**'], exclude: ['web/**/*.md'] }],
+        ['api', { include: ['api/**', 'go.mod'], exclude: [] }],
+        ['deploy-web', null],
+      ],
+    );
+  });
+
+  test('the block: example compiles to a block whose fields the deploy task needs', () => {
+    const tasks = compile(`version: 1\n${section('block')}`).tasks;
+    assert.deepEqual(
+      tasks.map((t) => [t.name, t.block?.prompt ?? null, t.outputs]),
+      [
+        ['build', null, []],
+        ['approve-prod', 'Deploy to production?', ['reason', 'region']],
+        ['deploy', null, []],
+      ],
+    );
+    assert.equal(tasks[1]?.block?.timeoutS, 72 * 3600);
   });
 });
