@@ -29,6 +29,8 @@ export interface FakeOAuth {
   signInAs: string;
   /** Set: the authorize page sends the person back with this `error` instead of a code. */
   authorizeError: string | null;
+  /** Set: the token endpoint answers its errors with 200, as GitHub does (`{"error": ...}`). */
+  errorsWith200: boolean;
   /** The token endpoint and `/user` do not answer at all while set (a forge that hangs). */
   hang: boolean;
   /** The permission API does not answer while set. */
@@ -74,6 +76,7 @@ export async function startFakeOAuth(): Promise<FakeOAuth> {
     clientSecret: `fake-secret-${randomBytes(6).toString('hex')}`,
     signInAs: 'alice',
     authorizeError: null,
+    errorsWith200: false,
     hang: false,
     hangPermissions: false,
     authorizations: [],
@@ -128,12 +131,17 @@ export async function startFakeOAuth(): Promise<FakeOAuth> {
       }
       const grant = codes.get(form.code ?? '');
       codes.delete(form.code ?? '');
+      const error = (status: number, body: Record<string, string>) =>
+        json(res, fake.errorsWith200 ? 200 : status, body);
       if (form.client_id !== fake.clientId || form.client_secret !== fake.clientSecret) {
-        json(res, 401, { error: 'invalid_client' });
+        error(401, { error: 'invalid_client' });
       } else if (!grant || grant.redirectUri !== form.redirect_uri) {
-        json(res, 400, { error: 'invalid_grant', error_description: 'bad code' });
+        error(400, {
+          error: 'bad_verification_code',
+          error_description: 'The code passed is incorrect or expired.',
+        });
       } else if (sha256url(form.code_verifier ?? '') !== grant.challenge) {
-        json(res, 400, { error: 'invalid_grant', error_description: 'PKCE verification failed' });
+        error(400, { error: 'invalid_grant', error_description: 'PKCE verification failed' });
       } else {
         const token = `gho_${randomBytes(12).toString('hex')}`;
         tokens.set(token, grant.login);

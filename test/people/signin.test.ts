@@ -340,7 +340,7 @@ test('a code that the provider refuses (a wrong PKCE verifier) makes no session'
   assert.match(JSON.stringify(await tokenRes.json()), /PKCE verification failed/);
   const res = await fetch(callback, { headers: { cookie: stateCookie }, redirect: 'manual' });
   assert.equal(res.status, 400);
-  assert.match(await res.text(), /GitHub refused the sign-in \(invalid_grant/);
+  assert.match(await res.text(), /GitHub refused the sign-in \(bad_verification_code/);
   assert.equal(cookieOf(res, 'conductor_session'), undefined);
   // What the server sent was its own verifier, which the challenge it gave was made from.
   const sent = oauth.tokenRequests.at(-1)!;
@@ -349,6 +349,23 @@ test('a code that the provider refuses (a wrong PKCE verifier) makes no session'
     createHash('sha256').update(sent.code_verifier!).digest('base64url'),
     asked.codeChallenge,
   );
+});
+
+test("GitHub's way of refusing a code (an error in a 200 answer) makes no session and names the error", async () => {
+  const { stateCookie, callback } = await startSignIn();
+  callback.searchParams.set('code', 'a-code-github-never-gave');
+  oauth.errorsWith200 = true;
+  try {
+    const res = await fetch(callback, { headers: { cookie: stateCookie }, redirect: 'manual' });
+    assert.equal(res.status, 400);
+    assert.match(
+      await res.text(),
+      /GitHub refused the sign-in \(bad_verification_code: The code passed is incorrect or expired.\)/,
+    );
+    assert.equal(cookieOf(res, 'conductor_session'), undefined);
+  } finally {
+    oauth.errorsWith200 = false;
+  }
 });
 
 test('an unknown forge, or one not configured, answers 404', async () => {
