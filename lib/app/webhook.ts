@@ -186,6 +186,7 @@ export async function handleDelivery(
   forge: ForgeKind,
   headers: Record<string, string | undefined>,
   body: Buffer,
+  receivedAt?: Date,
 ): Promise<{ reply: Reply; verifiedBy?: VerifiedBy }> {
   const { intent, delivery, signature, payload } = checkDelivery(forge, headers, body);
   const project = await findProjectByRepo(ctx.pool, forge, intent.repo);
@@ -211,7 +212,7 @@ export async function handleDelivery(
   };
   return {
     verifiedBy,
-    reply: await afterVerified(ctx, project, intent, delivery, body, payload),
+    reply: await afterVerified(ctx, project, intent, delivery, body, payload, receivedAt),
   };
 }
 
@@ -222,6 +223,7 @@ async function afterVerified(
   delivery: string,
   body: Buffer,
   payload: unknown,
+  receivedAt?: Date,
 ): Promise<Reply> {
   const { pool } = ctx;
   if (!project.enabled) return { status: 200, body: { ignored: 'the project is disabled' } };
@@ -265,6 +267,9 @@ async function afterVerified(
     // The signature covers the body, not the delivery id: a signed body
     // accepted before is answered as a duplicate whatever id it comes with.
     bodySha256: createHash('sha256').update(body).digest(),
+    // Superseding goes by when the API received it, not by the job number
+    // (a queued delivery is handled after later ones).
+    receivedAt: receivedAt ?? null,
   });
   if (created.duplicate) {
     return {
@@ -343,7 +348,7 @@ export async function receiveWebhook(
       return { status: 202, body: { queued: true, delivery } };
     }
   }
-  const { reply, verifiedBy } = await handleDelivery(ctx, forge, headers, body);
+  const { reply, verifiedBy } = await handleDelivery(ctx, forge, headers, body, receivedAt);
   if (
     intake &&
     verifiedBy &&
@@ -382,7 +387,8 @@ export async function handleQueuedDelivery(
   }
   try {
     const body = await messageBody(message, bucket);
-    const { reply } = await handleDelivery(ctx, message.forge, message.headers, body);
+    const receivedAt = message.receivedAt ? new Date(message.receivedAt) : undefined;
+    const { reply } = await handleDelivery(ctx, message.forge, message.headers, body, receivedAt);
     log('info', 'queued webhook delivery handled', { status: reply.status, body: reply.body });
     await forgetBody(message, bucket).catch(() => {});
     return true;

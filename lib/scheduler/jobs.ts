@@ -8,10 +8,9 @@ import {
 } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
-import { noteBlockedTx } from './block.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
 import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
-import { followUpAfterCommit, skipReachable } from './progress.ts';
+import { followUpAfterCommit, noteBlockedTx, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
 
 export interface NewJob {
@@ -38,6 +37,12 @@ export interface NewJob {
   inputs?: Record<string, unknown> | null;
   /** The schedule that fired the job. */
   scheduleName?: string | null;
+  /**
+   * When the API received the delivery (a queued one carries it): superseding
+   * goes by it, so a delivery handled late neither cancels a newer one nor
+   * outlives it. Unset: now.
+   */
+  receivedAt?: Date | null;
   /** A branch push's diff as its payload says (lib/forge/webhook.ts readPushDiff), for `changes:`. */
   push?: { before: string | null; forced: boolean; created: boolean; files: string[] | null };
 }
@@ -124,10 +129,10 @@ export async function createJobTx(
     // sweep only re-dispatches pending jobs.
     `insert into jobs (project_id, number, trigger, ref, sha, base_ref, pull_request, delivery_id,
                        body_sha256, trusted, confirm_writers, trust_reason, rerun_of, state,
-                       dispatched_at, compile_attempts)
+                       dispatched_at, compile_attempts, received_at)
      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
              case when $14 then 'blocked' else 'pending' end,
-             case when $14 then null else now() end, 0)
+             case when $14 then null else now() end, 0, coalesce($15::timestamptz, now()))
      returning *`,
     [
       input.projectId,
@@ -145,6 +150,7 @@ export async function createJobTx(
       input.rerunOf ?? null,
       // Only an untrusted job is ever held.
       (input.blocked ?? false) && !input.trusted,
+      input.receivedAt ?? null,
     ],
   );
   let job = rows[0]!;
@@ -179,7 +185,18 @@ export async function createJobTx(
  */
 const CREATE = { isolation: 'repeatable read', immediate: true, maxRetries: 64 } as const;
 
-/** Cancels the older unfinished jobs of `job`'s ref; answers their ids. */
+// Which of two jobs of a ref came first: the time their deliveries were
+// received, then the number (jobs.received_at, migrations/015).
+const RECEIVED = 'coalesce(received_at, created_at)';
+// The triggers that supersede (supersedes() above, in SQL).
+const SUPERSEDING = `trigger not in ('rerun', 'tag', 'schedule') and ref not like 'refs/tags/%'`;
+
+/**
+ * Cancels the unfinished jobs of `job`'s ref received before it; and `job`
+ * itself when a superseding job of the ref was received after it (a
+ * delivery queued while the database resumed, handled after a later one
+ * that went straight in). Answers the ids cancelled.
+ */
 async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
   // Its own transaction at READ COMMITTED, after the creation committed: the
   // cancel writes the running tasks of a busy job, and under a snapshot a
@@ -189,11 +206,27 @@ async function cancelSuperseded(pool: Pool, job: JobRow): Promise<string[]> {
   return transaction(
     pool,
     async (tx) => {
+      const newer = await tx.query<{ number: number }>(
+        `select number from jobs
+          where project_id = $1 and ref = $2 and id <> $3 and ${SUPERSEDING}
+            and (${RECEIVED}, number) > ((select ${RECEIVED} from jobs where id = $3), $4)
+          order by ${RECEIVED} desc, number desc
+          limit 1`,
+        [job.project_id, job.ref, job.id, job.number],
+      );
+      if (newer.rows[0]) {
+        return cancelJobsTx(
+          tx,
+          [job.id],
+          `superseded by job #${newer.rows[0].number}, received after it`,
+        );
+      }
       const older = await tx.query<{ id: string }>(
         `select id from jobs
-          where project_id = $1 and ref = $2 and number < $3 and state = any($4::text[])
+          where project_id = $1 and ref = $2 and id <> $3 and state = any($5::text[])
+            and (${RECEIVED}, number) < ((select ${RECEIVED} from jobs where id = $3), $4)
           order by number`,
-        [job.project_id, job.ref, job.number, UNFINISHED_JOB_STATES],
+        [job.project_id, job.ref, job.id, job.number, UNFINISHED_JOB_STATES],
       );
       // The forge keeps one status per commit and context: a cancelled job of
       // the same commit and trust must not report, or its "cancelled" would
@@ -419,7 +452,12 @@ export async function startJob(
   pool: Pool,
   jobId: string,
   pipeline: { name: string | null; tasks: TaskSpec[]; inputs?: unknown[] },
-  diff: { base: string | null; files: string[] | null; count: number | null; note: string } | null = null,
+  diff: {
+    base: string | null;
+    files: string[] | null;
+    count: number | null;
+    note: string;
+  } | null = null,
 ): Promise<StartResult> {
   const started = await transaction(pool, async (tx) => {
     // FOR UPDATE: a second compile blocks here, then raises 40001 once the

@@ -18,6 +18,7 @@ const REPO = 'acme/queued';
 const {
   fake,
   stack,
+  addProject,
   projects: { project },
 } = await startE2E(import.meta.filename, {
   env: { CONDUCTOR_WEBHOOK_DB_WAIT_MS: '300' },
@@ -46,7 +47,12 @@ function sqsEvent(deliveries: QueuedDelivery[]): SQSEvent {
   return {
     Records: deliveries.map((d, i) => ({
       messageId: `m${i}`,
-      body: JSON.stringify({ forge: d.forge, headers: d.headers, body: d.body.toString('base64') }),
+      body: JSON.stringify({
+        forge: d.forge,
+        headers: d.headers,
+        body: d.body.toString('base64'),
+        ...(d.receivedAt ? { receivedAt: d.receivedAt.toISOString() } : {}),
+      }),
     })),
   } as unknown as SQSEvent;
 }
@@ -84,7 +90,7 @@ test('a delivery while the database is away is queued with a 202, and the consum
   assert.equal(view.job.state, 'running');
 });
 
-test('while the database is away, a delivery the directory cannot vouch for is not queued', async () => {
+test('a delivery whose signature the directory refuses is answered 401 without waiting for the database', async () => {
   const sent = intake.sent.length;
   const forged = await whileDatabaseAway(() =>
     sendWebhook(stack, 'github', 'push', githubPush(REPO, sha('forged')), {
@@ -92,8 +98,45 @@ test('while the database is away, a delivery the directory cannot vouch for is n
     }),
   );
   assert.equal(intake.sent.length, sent, 'a bad signature is never queued');
-  // Only the database can answer 401 or 404; it is away, so: try again.
-  assert.equal(forged.status, 503, forged.text);
+  assert.equal(forged.status, 401, forged.text);
+});
+
+test('a delivery queued while the database was away, handled after a later direct one, neither cancels it nor outlives it', async () => {
+  const ordered = await addProject({
+    forge: 'github',
+    id: 'ordered',
+    repo: 'acme/ordered',
+    cancel_superseded: true,
+  });
+  const file = pipeline('ordered', '  a:\n    script: [make]\n');
+  const [first, older, newer] = ['ordered-1', 'ordered-2', 'ordered-3'].map((n) => sha(n));
+  for (const s of [first, older, newer]) fake.setFile('acme/ordered', s!, file);
+  // The directory learns the project from a direct delivery.
+  await deliverRunning(stack, 'github', 'push', githubPush('acme/ordered', first!), ordered.secret);
+  const queued = await whileDatabaseAway(() =>
+    sendWebhook(stack, 'github', 'push', githubPush('acme/ordered', older!), {
+      secret: ordered.secret,
+      delivery: 'ordered-older',
+    }),
+  );
+  assert.equal(queued.status, 202, queued.text);
+  // A later push goes straight in while the older one is still queued.
+  const direct = await sendWebhook(stack, 'github', 'push', githubPush('acme/ordered', newer!), {
+    secret: ordered.secret,
+    delivery: 'ordered-newer',
+  });
+  assert.equal(direct.status, 202, direct.text);
+  const newerJob = (direct.body as { job_id: string }).job_id;
+  assert.deepEqual((await consume(sqsEvent(intake.sent.slice(-1)))).batchItemFailures, []);
+  const { rows } = await stack.context.pool.query<{ id: string; state: string; number: number }>(
+    'select id, state, number from jobs where sha = $1',
+    [older],
+  );
+  const olderJob = rows[0]!;
+  assert.ok(olderJob.number > (direct.body as { number: number }).number, 'numbered after it');
+  assert.equal(olderJob.state, 'cancelled', 'the older commit is superseded by the newer');
+  const view = await waitForJob(stack, newerJob);
+  assert.notEqual(view.job.state, 'cancelled', 'the newer commit is not cancelled');
 });
 
 test('the consumer drops a queued delivery the contract refuses (bad signature) and writes nothing', async () => {
