@@ -37,6 +37,7 @@ import type { Construct } from 'constructs';
 import { ROUTES, type FunctionName as RoutedFunction, routeKey } from '../lib/http/routes.ts';
 import { DELIVERY_PREFIX } from '../lib/idle/aws-intake.ts';
 import { GATE_KEY } from '../lib/idle/s3.ts';
+import { WORKERS_PREFIX } from '../lib/idle/workers.ts';
 import { DEFAULT_OUTDIR, FUNCTION_NAMES, MIGRATIONS_HASH_FILE } from '../scripts/bundle.ts';
 import { Alarms } from './alarms.ts';
 import { Database, type ExistingDatabase } from './database.ts';
@@ -44,6 +45,7 @@ import { SETTING_DEFAULTS as DEFAULTS } from './defaults.ts';
 import { type ConductorFunction, Functions, pascal, RESERVED_CONCURRENCY } from './functions.ts';
 import { type ExistingVpc, Network } from './network.ts';
 import { createAppSecrets } from './secrets.ts';
+import { ARTIFACT_ACTIONS, artifactsBucket, grantArtifacts } from './storage.ts';
 
 export { DB_NAME, type ExistingDatabase } from './database.ts';
 export type { ConductorFunction } from './functions.ts';
@@ -78,7 +80,10 @@ export const APP_DB_USER = 'conductor_app';
 export const RUNTIME_CA_BUNDLE = '/var/runtime/ca-cert.pem';
 
 // Functions and what of the idle gate's bucket each touches (lib/idle).
-const GATE_READERS = ['claim', 'sweep'] as const satisfies ConductorFunction[];
+// Readers read the marker, the close's markers and the worker tokens
+// (lib/idle/workers.ts): claims, the sweep, and the api (health and
+// anonymous pages behind a closed gate).
+const GATE_READERS = ['claim', 'sweep', 'api'] as const satisfies ConductorFunction[];
 const GATE_WRITERS = [
   'webhook',
   'webhookQueue',
@@ -163,6 +168,7 @@ export class ConductorStack extends Stack {
   readonly appSecret: secretsmanager.Secret;
   readonly secretKey: secretsmanager.Secret;
   readonly gateBucket: s3.Bucket;
+  readonly artifactsBucket: s3.Bucket;
   readonly webhookQueue: sqs.Queue;
   readonly webhookDeadLetters: sqs.Queue;
   readonly dbSecret: secretsmanager.ISecret;
@@ -249,6 +255,9 @@ export class ConductorStack extends Stack {
     });
 
     const gateEnv = { CONDUCTOR_GATE_BUCKET: this.gateBucket.bucketName };
+    // Artifacts and caches (infra/storage.ts).
+    this.artifactsBucket = artifactsBucket(this);
+    const artifactsEnv = { CONDUCTOR_ARTIFACTS_BUCKET: this.artifactsBucket.bucketName };
     const functions = new Functions(this, {
       bundleDir,
       network,
@@ -271,6 +280,7 @@ export class ConductorStack extends Stack {
           ? gateEnv
           : {}),
         ...(name === 'webhook' ? { CONDUCTOR_WEBHOOK_QUEUE_URL: this.webhookQueue.queueUrl } : {}),
+        ...(name in ARTIFACT_ACTIONS ? artifactsEnv : {}),
         // Long enough to wait out a resume of a paused Aurora.
         ...(name === 'webhookQueue' ? { CONDUCTOR_DB_CONNECT_TIMEOUT_MS: '60000' } : {}),
       }),
@@ -295,12 +305,44 @@ export class ConductorStack extends Stack {
         if (name !== 'migrate') this.cluster!.grantConnect(functions[name], APP_DB_USER);
       }
     }
+    for (const [name, actions] of Object.entries(ARTIFACT_ACTIONS)) {
+      const fn = functions[name as keyof typeof ARTIFACT_ACTIONS];
+      grantArtifacts(this.artifactsBucket, fn, actions);
+    }
     const gateObject = this.gateBucket.arnForObjects(GATE_KEY);
+    const gateMarkers = this.gateBucket.arnForObjects('gate/*');
+    const workerTokens = this.gateBucket.arnForObjects(`${WORKERS_PREFIX}*`);
     for (const name of GATE_READERS) {
       functions[name].addToRolePolicy(
-        new iam.PolicyStatement({ actions: ['s3:GetObject'], resources: [gateObject] }),
+        new iam.PolicyStatement({
+          actions: ['s3:GetObject'],
+          resources: [gateMarkers, workerTokens],
+        }),
+      );
+      // Without ListBucket, S3 answers a missing object (a closed gate, an
+      // unknown token) 403 instead of 404. The keys are hashes, not secrets.
+      functions[name].addToRolePolicy(
+        new iam.PolicyStatement({
+          actions: ['s3:ListBucket'],
+          resources: [this.gateBucket.bucketArn],
+        }),
       );
     }
+    // Registering and revoking workers writes their token hashes; rotating a
+    // webhook secret rewrites the project's directory entry.
+    functions.api.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:PutObject'],
+        resources: [workerTokens, this.gateBucket.arnForObjects('webhooks/*')],
+      }),
+    );
+    // The close's markers (lib/idle/gate.ts), and the workers copied once.
+    functions.sweep.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:PutObject', 's3:DeleteObject'],
+        resources: [gateMarkers, workerTokens],
+      }),
+    );
     for (const name of GATE_WRITERS) {
       functions[name].addToRolePolicy(
         new iam.PolicyStatement({ actions: ['s3:PutObject'], resources: [gateObject] }),
@@ -374,6 +416,19 @@ export class ConductorStack extends Stack {
       throttlingRateLimit: throttle.rate,
       throttlingBurstLimit: throttle.burst,
     };
+    // The forges' webhooks get buckets of their own: a flood elsewhere must
+    // not get a delivery answered 429, which GitHub does not retry.
+    const webhookRoutes = ROUTES.filter((r) => r.fn === 'webhook').map(routeKey);
+    stage.routeSettings = Object.fromEntries(
+      webhookRoutes.map((key) => [
+        key,
+        { ThrottlingRateLimit: throttle.rate, ThrottlingBurstLimit: throttle.burst },
+      ]),
+    );
+    // A route's settings name a route that must exist first.
+    for (const key of webhookRoutes) {
+      stage.node.addDependency(this.httpApi.node.findChild(`Route ${key}`) ?? this.httpApi);
+    }
 
     // --- The sweep's schedule ------------------------------------------------
     new events.Rule(this, 'SweepSchedule', {
@@ -425,6 +480,8 @@ export class ConductorStack extends Stack {
       compileFailures: this.compileFailures,
       webhookDeadLetters: this.webhookDeadLetters,
       namespace: `Conductor/${this.stackName}`,
+      pausingCluster:
+        this.cluster && minCapacity === 0 ? this.cluster.clusterIdentifier : undefined,
       alarmEmail: props.alarmEmail,
     }).topic;
 
