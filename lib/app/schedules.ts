@@ -9,6 +9,7 @@ import { SQLSTATE, sqlState, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import { type HeadResult, resolveHead } from '../forge/branch.ts';
 import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
+import { openGate } from '../idle/gate.ts';
 import { log } from '../log.ts';
 import { createJobTx } from '../scheduler/jobs.ts';
 import type { JobRow } from '../scheduler/types.ts';
@@ -171,7 +172,11 @@ export async function createSchedule(
     now,
   );
   try {
-    return scheduleView(await transaction(ctx.pool, (tx) => insertSchedule(tx, row)));
+    const created = await transaction(ctx.pool, (tx) => insertSchedule(tx, row));
+    // A closed idle gate keeps the wake time of the work it last saw: open
+    // it, and the sweep that closes it again wakes for this schedule too.
+    await openGate(ctx.gate);
+    return scheduleView(created);
   } catch (err) {
     if (sqlState(err) === SQLSTATE.uniqueViolation) {
       throw new ConflictError(
@@ -225,6 +230,8 @@ export async function changeSchedule(
       : { ...settings, projectId, nextRunAt: old.next_run_at, dueAt: old.due_at };
     return updateSchedule(tx, next);
   });
+  // As on create: the gate's wake time is recomputed by the sweep that closes it.
+  await openGate(ctx.gate);
   return scheduleView(row);
 }
 

@@ -377,7 +377,10 @@ test('a broken pipeline file records last_error and a failed job naming the prob
   assert.match(view.job.error, /tasks\.build: unknown key "scrip"/);
   // The schedule's last_error follows once the compile has failed the job.
   for (let i = 0; i < 200 && (await stored(id, 'b')).last_error === null; i++) await sleep(10);
-  assert.match((await stored(id, 'b')).last_error, /^job #1 failed: \.conductor\.yml:3:\d+: tasks\.build: /);
+  assert.match(
+    (await stored(id, 'b')).last_error,
+    /^job #1 failed: \.conductor\.yml:3:\d+: tasks\.build: /,
+  );
 });
 
 test('a disabled project fires nothing, and its schedules move on', async () => {
@@ -407,4 +410,30 @@ test('a schedule given an input the pipeline lacks makes a job that fails naming
   const view = await waitForJob(stack, job!.id, (v) => v.job.state === 'failed');
   assert.match(view.job.error, /input "region" was given \("eu"\) but is not declared/);
   assert.match(view.job.error, /input "env": expected one of "staging", "prod", got "qa"/);
+});
+
+test('for the idle gate, a due schedule is work and the next one is the wake time', async () => {
+  const { scheduleWork } = await import('../../lib/schedules/store.ts');
+  assert.deepEqual(await scheduleWork(pool), { work: false, wakeAt: null });
+  const id = await newProject();
+  // Made an hour ago by the test's clock: its first tick has passed.
+  const made = await schedule(
+    id,
+    { name: 'h', cron: '@hourly', ref: 'main' },
+    new Date(Date.now() - 3_600_000),
+  );
+  const due = await scheduleWork(pool);
+  assert.equal(due.work, true);
+  await fireDueSchedules(ctx);
+  const after = await scheduleWork(pool);
+  assert.equal(after.work, false);
+  const s = await stored(id, 'h');
+  assert.equal(after.wakeAt?.toISOString(), s.due_at.toISOString());
+  assert.ok(s.next_run_at > made.next_run_at!);
+  // A disabled project's schedules neither keep the gate open nor wake it.
+  await stack.call('PATCH', `/v1/projects/${id}`, {
+    token: stack.adminToken,
+    body: { enabled: false },
+  });
+  assert.deepEqual(await scheduleWork(pool), { work: false, wakeAt: null });
 });
