@@ -9,7 +9,7 @@
 // (lib/forge/client.ts): its address policy, no redirects, and a timeout.
 import { createHash } from 'node:crypto';
 import * as oauth from 'oauth4webapi';
-import type { Queryable } from '../db/index.ts';
+import { type Pool, transaction } from '../db/index.ts';
 import { AppError } from '../errors.ts';
 import {
   callForge,
@@ -70,7 +70,7 @@ function server(f: OAuthForge): oauth.AuthorizationServer {
  * state for the browser's cookie.
  */
 export async function startSignIn(
-  db: Queryable,
+  pool: Pool,
   f: OAuthForge,
   redirectUri: string,
   next: string,
@@ -78,17 +78,19 @@ export async function startSignIn(
   const state = oauth.generateRandomState();
   const verifier = oauth.generateRandomCodeVerifier();
   const challenge = await oauth.calculatePKCECodeChallenge(verifier);
-  await db.query(
-    `insert into oauth_states (state_hash, forge, code_verifier, next, created_at)
-     values ($1, $2, $3, $4, to_timestamp($5))`,
-    [hash(state), f.forge, verifier, next, peopleNow() / 1000],
-  );
-  // States nobody came back with: a few at a time, on the way.
-  await db.query(
-    `delete from oauth_states where state_hash in (
-       select state_hash from oauth_states where created_at < to_timestamp($1) limit 100)`,
-    [peopleNow() / 1000 - STATE_TTL_S],
-  );
+  await transaction(pool, async (tx) => {
+    await tx.query(
+      `insert into oauth_states (state_hash, forge, code_verifier, next, created_at)
+       values ($1, $2, $3, $4, to_timestamp($5))`,
+      [hash(state), f.forge, verifier, next, peopleNow() / 1000],
+    );
+    // States nobody came back with: a few at a time, on the way.
+    await tx.query(
+      `delete from oauth_states where state_hash in (
+         select state_hash from oauth_states where created_at < to_timestamp($1) limit 100)`,
+      [peopleNow() / 1000 - STATE_TTL_S],
+    );
+  });
   const url = new URL(server(f).authorization_endpoint!);
   url.searchParams.set('client_id', f.clientId);
   url.searchParams.set('redirect_uri', redirectUri);
@@ -152,7 +154,7 @@ function providerWords(err: unknown): string {
  * made by this function.
  */
 export async function finishSignIn(
-  db: Queryable,
+  pool: Pool,
   f: OAuthForge,
   redirectUri: string,
   callback: URL,
@@ -166,12 +168,18 @@ export async function finishSignIn(
       'This sign-in did not start in this browser, or its state was changed on the way: nobody was signed in. Start again from the sign-in page.',
     );
   }
-  const { rows } = await db.query<{ code_verifier: string; next: string }>(
-    `delete from oauth_states where state_hash = $1 and forge = $2 and created_at > to_timestamp($3)
-     returning code_verifier, next`,
-    [hash(state), f.forge, peopleNow() / 1000 - STATE_TTL_S],
-  );
-  const kept = rows[0];
+  // Used up here, once: of two callbacks with the same state, the one whose
+  // delete comes second sees the row gone (after a retry on 40001 under
+  // REPEATABLE READ) and signs nobody in.
+  const kept = await transaction(pool, async (tx) => {
+    const { rows } = await tx.query<{ code_verifier: string; next: string }>(
+      `delete from oauth_states
+        where state_hash = $1 and forge = $2 and created_at > to_timestamp($3)
+       returning code_verifier, next`,
+      [hash(state), f.forge, peopleNow() / 1000 - STATE_TTL_S],
+    );
+    return rows[0];
+  });
   if (!kept) {
     throw new SignInError(
       400,

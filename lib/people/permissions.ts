@@ -2,7 +2,7 @@
 // the repository's permission (read, write, admin), and the forge's answer is
 // kept for at most five minutes, so someone removed from the repository loses
 // access within that time.
-import type { Queryable } from '../db/index.ts';
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import type { ForgeKind } from '../forge/client.ts';
 import type { RepoPermission } from '../forge/permission.ts';
 import { peopleNow } from './clock.ts';
@@ -87,20 +87,26 @@ export async function cachedPermission(
 
 /** Keeps the forge's answer, with the time it was given. */
 export async function rememberPermission(
-  db: Queryable,
+  pool: Pool,
   key: CacheKey,
   permission: RepoPermission,
 ): Promise<void> {
-  await db.query(
-    `insert into person_permissions (project_id, forge, login, repo, permission, checked_at)
+  // Two people's first looks at once write the same row: the helper retries
+  // the 40001 that REPEATABLE READ raises for the second.
+  await transaction(pool, (tx) =>
+    tx.query(
+      `insert into person_permissions (project_id, forge, login, repo, permission, checked_at)
      values ($1, $2, lower($3), $4, $5, to_timestamp($6))
      on conflict (project_id, forge, login) do update
        set repo = excluded.repo, permission = excluded.permission, checked_at = excluded.checked_at`,
-    [key.projectId, key.forge, key.login, key.repo, permission, peopleNow() / 1000],
+      [key.projectId, key.forge, key.login, key.repo, permission, peopleNow() / 1000],
+    ),
   );
 }
 
 /** Forgets what the forge said of everyone on a project (its token or URL changed). */
-export async function forgetPermissions(db: Queryable, projectId: string): Promise<void> {
-  await db.query('delete from person_permissions where project_id = $1', [projectId]);
+export async function forgetPermissions(pool: Pool, projectId: string): Promise<void> {
+  await transaction(pool, (tx) =>
+    tx.query('delete from person_permissions where project_id = $1', [projectId]),
+  );
 }

@@ -4,7 +4,7 @@
 // the cookie opens nothing from that moment, and a copy of the table opens
 // no session.
 import { createHash } from 'node:crypto';
-import type { Queryable } from '../db/index.ts';
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
 import type { ForgeKind } from '../forge/client.ts';
 import { peopleNow } from './clock.ts';
 
@@ -65,32 +65,32 @@ export async function findSession(db: Queryable, cookieId: string): Promise<Pers
 }
 
 /** Ends a session at once (its cookie's id); answers whether it was open. */
-export async function endSession(db: Queryable, cookieId: string): Promise<boolean> {
-  const { rowCount } = await db.query('delete from sessions where token_hash = $1', [
-    sha256(cookieId),
-  ]);
+export async function endSession(pool: Pool, cookieId: string): Promise<boolean> {
+  const { rowCount } = await transaction(pool, (tx) =>
+    tx.query('delete from sessions where token_hash = $1', [sha256(cookieId)]),
+  );
   return rowCount === 1;
 }
 
 /** Ends every session of a person on a forge (revocation); answers how many. */
-export async function endSessionsOf(
-  db: Queryable,
-  forge: ForgeKind,
-  login: string,
-): Promise<number> {
-  const { rowCount } = await db.query(
-    `delete from sessions where kind = 'forge' and forge = $1 and lower(login) = lower($2)`,
-    [forge, login],
+export async function endSessionsOf(pool: Pool, forge: ForgeKind, login: string): Promise<number> {
+  const { rowCount } = await transaction(pool, (tx) =>
+    tx.query(
+      `delete from sessions where kind = 'forge' and forge = $1 and lower(login) = lower($2)`,
+      [forge, login],
+    ),
   );
   return rowCount ?? 0;
 }
 
 /** Deletes sessions that ended more than a day ago, a few at a time (called on sign-in). */
-export async function purgeEndedSessions(db: Queryable): Promise<void> {
-  await db.query(
-    `delete from sessions where id in (
-       select id from sessions where expires_at < to_timestamp($1) - interval '1 day' limit 100)`,
-    [peopleNow() / 1000],
+export async function purgeEndedSessions(pool: Pool): Promise<void> {
+  await transaction(pool, (tx) =>
+    tx.query(
+      `delete from sessions where id in (
+         select id from sessions where expires_at < to_timestamp($1) - interval '1 day' limit 100)`,
+      [peopleNow() / 1000],
+    ),
   );
 }
 
