@@ -29,6 +29,7 @@ import {
   startManualJob,
   TriggerSchema,
 } from '../lib/app/jobs.ts';
+import { ADMIN_BEARER, type Person, peopleGate } from '../lib/app/people.ts';
 import {
   createProject,
   deleteProject,
@@ -43,7 +44,6 @@ import {
   SecretPutSchema,
   updateProject,
 } from '../lib/app/projects.ts';
-import { UnblockSchema, unblockJobTask } from '../lib/app/unblock.ts';
 import {
   changeSchedule,
   createSchedule,
@@ -52,7 +52,7 @@ import {
   ScheduleCreateSchema,
   ScheduleUpdateSchema,
 } from '../lib/app/schedules.ts';
-import { ADMIN_BEARER, type Person, peopleGate } from '../lib/app/people.ts';
+import { UnblockSchema, unblockJobTask } from '../lib/app/unblock.ts';
 import {
   getJobWithPage,
   listProjectJobs,
