@@ -252,6 +252,32 @@ test('a person whose write access is removed keeps it no longer than five minute
   assert.equal(oauth.permissionRequests.filter((r) => r.login === 'rob').length, asked + 1);
 });
 
+test("a writer's Cancel of a running job is audited as them; a new forge token makes Conductor ask the forge again", async () => {
+  const job = await runningJob(e2e, 'writer-cancel', '  a:\n    script: [make]\n');
+  oauth.setPermission(REPO, 'carl', 'write');
+  const cookie = await signInAs('carl');
+  const csrf = await csrfOf(`/jobs/${job.jobId}`, cookie);
+  const res = await post(`/jobs/${job.jobId}/cancel`, cookie, { csrf });
+  assert.equal(res.status, 303);
+  const audit = await stack.call('GET', '/v1/projects/people/audit?limit=1', {
+    token: stack.adminToken,
+  });
+  assert.deepEqual(
+    [audit.body.events[0].actor, audit.body.events[0].action, audit.body.events[0].job_id],
+    ['@carl', 'cancel', job.jobId],
+  );
+  const asked = oauth.permissionRequests.filter((r) => r.login === 'carl').length;
+  const patched = await stack.call('PATCH', '/v1/projects/people', {
+    token: stack.adminToken,
+    body: { forge_token: 'project-forge-token-2' },
+  });
+  assert.equal(patched.status, 200);
+  assert.equal((await page(`/jobs/${job.jobId}`, cookie)).status, 200);
+  const again = oauth.permissionRequests.filter((r) => r.login === 'carl');
+  assert.equal(again.length, asked + 1, 'the cached answer was forgotten');
+  assert.equal(again.at(-1)!.authorization, 'Bearer project-forge-token-2');
+});
+
 test('a project without a forge token answers "ask an admin" instead of guessing', async () => {
   await e2e.addProject({ forge: 'github', id: 'tokenless', repo: 'acme/tokenless' });
   oauth.setPermission('acme/tokenless', 'rita', 'admin');
