@@ -18,6 +18,8 @@ import {
   unsettledIncludes,
 } from '../pipeline/index.ts';
 
+import { WhenSchema, whenLeavesOut } from '../pipeline/when.ts';
+
 export { formatIssue, type PipelineIssue } from '../pipeline/index.ts';
 
 import { NotFoundError, UnavailableError, ValidationError } from '../errors.ts';
@@ -213,7 +215,7 @@ export async function planPipeline(
   }
 }
 
-type RawTask = { only?: unknown; needs?: unknown; extends?: unknown };
+type RawTask = { only?: unknown; needs?: unknown; extends?: unknown; when?: unknown };
 
 /**
  * The tasks of the files (already compiled without a problem) that the
@@ -264,6 +266,9 @@ function leftOutTasks(
     if (patterns.length > 0 && !patterns.some((p) => refMatches(p, trigger))) {
       return { name, reason: `only: ${patterns.join(', ')} does not match ${trigger.ref}` };
     }
+    const when = WhenSchema.safeParse(inherited(name, 'when'));
+    const byWhen = when.success ? whenLeavesOut(when.data, trigger) : null;
+    if (byWhen) return { name, reason: byWhen };
     const needs = inherited(name, 'needs');
     const gone = (Array.isArray(needs) ? needs : []).filter(
       (n): n is string => typeof n === 'string' && out.has(n),

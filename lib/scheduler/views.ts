@@ -16,11 +16,12 @@ export type JobView = Omit<
   | 'push_forced'
   | 'push_created'
   | 'payload_files'
+  | 'declared_inputs'
 >;
 
 const JOB_VIEW = `id, project_id, number, state, trigger, ref, sha, base_ref, pull_request, trusted,
   trust_reason, approved_at, rerun_of, pipeline_name, error, errors, created_at, started_at,
-  finished_at, diff_base, diff_files, diff_count, diff_note`;
+  finished_at, diff_base, diff_files, diff_count, diff_note, inputs, schedule_name`;
 
 export interface TaskView {
   id: string;
@@ -60,6 +61,24 @@ export interface TaskView {
 // are few, so reading them per queued task is cheap; other states never ask.
 const POOL = 'not w.revoked and w.untrusted = not t.trusted';
 const PROJECT = '(select jp.project_id from jobs jp where jp.id = t.job_id)';
+// A task waiting for its concurrency group says which, who holds it and its
+// place in the group's queue (1: next).
+const GROUP_REASON = `case when t.state = 'queued' and t.concurrency_key is not null
+    and ((select count(*) from tasks h
+           where h.concurrency_key = t.concurrency_key and h.state = 'running') >= t.concurrency_limit
+         or exists (select 1 from tasks o
+                     where o.concurrency_key = t.concurrency_key and o.state = 'queued'
+                       and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
+  then format('waiting for group %s%s, position %s', t.concurrency_group,
+              coalesce(', held by ' || (select string_agg('job #' || hj.number, ', ' order by hj.number)
+                                          from tasks h join jobs hj on hj.id = h.job_id
+                                         where h.concurrency_key = t.concurrency_key
+                                           and h.state = 'running'), ''),
+              1 + (select count(*) from tasks o
+                    where o.concurrency_key = t.concurrency_key and o.state = 'queued'
+                      and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
+  end`;
+
 const QUEUE_REASON = `case when t.state = 'queued' and not exists (
     select 1 from workers w
      where ${POOL} and t.labels <@ w.labels
@@ -111,7 +130,7 @@ export async function getJobView(
             t.unblocked_by, t.unblocked_at,
             coalesce((select jsonb_object_agg(o.name, o.value) from task_outputs o where o.task_id = t.id),
                      '{}'::jsonb) as outputs,
-            ${QUEUE_REASON} as queue_reason
+            coalesce(${GROUP_REASON}, ${QUEUE_REASON}) as queue_reason
        from tasks t where t.job_id = $1 order by t.position`,
     [jobId],
   );

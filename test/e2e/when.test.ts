@@ -244,3 +244,27 @@ tasks:
     },
   );
 });
+
+test('ctl validate explains a task the trigger filter leaves out', async () => {
+  const { planPipeline } = await import('../../lib/app/jobs.ts');
+  const plan = await planPipeline(
+    `version: 1
+tasks:
+  build: {script: [make]}
+  nightly:
+    when: {trigger: [schedule], schedule: [nightly]}
+    script: [./long-tests]
+  report: {needs: [nightly], script: [./report]}
+`,
+    { ref: 'refs/heads/main', event: 'push' },
+    async () => ({ error: 'no files here' }),
+  );
+  assert.ok('leftOut' in plan);
+  assert.deepEqual(plan.leftOut, [
+    {
+      name: 'nightly',
+      reason: 'when: {trigger: schedule; schedule: nightly} does not match push',
+    },
+    { name: 'report', reason: 'needs nightly, left out' },
+  ]);
+});
