@@ -1,5 +1,6 @@
 import type { TaskRunWhen } from '../states.ts';
 import type { CompiledChanges } from './changes.ts';
+import { type CompiledConcurrency, compileConcurrency } from './concurrency.ts';
 import { isInherited, resolveExtends, type TaskEntry } from './extends.ts';
 import type { Trigger } from './glob.ts';
 import { refMatches } from './glob.ts';
@@ -77,6 +78,8 @@ export interface CompiledTask {
   block?: CompiledBlock | null;
   /** The changed-path filter; null or absent: the task runs whatever changed. */
   changes?: CompiledChanges | null;
+  /** The concurrency group the task claims a slot of; null or absent: none. */
+  concurrency?: CompiledConcurrency | null;
   /** `when:`'s status: which outcomes of its needs let it run; absent is on_success. */
   when?: TaskRunWhen;
   maxAttempts: number;
@@ -486,6 +489,7 @@ function build(
         changes: task.changes
           ? { include: [...task.changes.include], exclude: [...task.changes.exclude] }
           : null,
+        concurrency: compileConcurrency(task.concurrency, trigger),
         maxAttempts: (task.retries ?? defaults.retries ?? DEFAULT_RETRIES) + 1,
         timeoutS: task.timeout ?? defaults.timeout ?? DEFAULT_TIMEOUT_S,
         queueTimeoutS: task.queue_timeout ?? defaults.queue_timeout ?? DEFAULT_QUEUE_TIMEOUT_S,

@@ -3,6 +3,7 @@ export {
   changesMatch,
   changesSkipReason,
 } from './changes.ts';
+export { type CompiledConcurrency, type ConcurrencyMode } from './concurrency.ts';
 export {
   type CompiledBlock,
   type CompiledBlockField,

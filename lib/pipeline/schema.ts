@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { ChangesSchema } from './changes.ts';
+import { ConcurrencySchema } from './concurrency.ts';
 import { InputsSchema } from './inputs.ts';
 import type { PathSegment } from './issues.ts';
 import { MAX_OUTPUTS, MAX_SECRETS } from './limits.ts';
@@ -332,6 +333,7 @@ const TaskFields = z.strictObject({
   script: z.array(z.string()).min(1, 'script must have at least one line').optional(),
   block: BlockSchema.optional(),
   changes: ChangesSchema.optional(),
+  concurrency: ConcurrencySchema.optional(),
   image: z.string().min(1, 'must not be empty').optional(),
   needs: z.array(z.string()).optional(),
   only: OnlySchema.optional(),

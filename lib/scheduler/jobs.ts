@@ -10,6 +10,7 @@ import { NotFoundError } from '../errors.ts';
 import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
 import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
+import { joinGroupsTx } from './concurrency.ts';
 import { followUpAfterCommit, noteBlockedTx, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
 
@@ -293,8 +294,8 @@ export async function insertTasksTx(
   tx: Queryable,
   job: { id: string; project_id: string; created_at: Date; trusted: boolean },
   specs: TaskSpec[],
-): Promise<void> {
-  if (specs.length === 0) return;
+): Promise<string[]> {
+  if (specs.length === 0) return [];
   const records = specs.map((s) => ({
     position: s.position,
     name: s.name,
@@ -424,6 +425,9 @@ export async function insertTasksTx(
   for (const row of missing.rows) {
     if (!row.allow_failure) await skipReachable(tx, [row.id], `skipped: ${row.name} failed`);
   }
+  // Concurrency groups: the tasks join theirs; a group's mode may stop older
+  // jobs' tasks in it (lib/scheduler/concurrency.ts), answered to follow up.
+  const touched = await joinGroupsTx(tx, job, specs);
   // What needs a task left out by its changes: filter does not run either,
   // as for any skipped need.
   for (const spec of specs) {
@@ -434,6 +438,7 @@ export async function insertTasksTx(
     );
     if (rows[0]) await skipReachable(tx, [rows[0].id], `skipped: ${spec.name} did not run`);
   }
+  return touched;
 }
 
 export interface StartResult {
@@ -466,7 +471,7 @@ export async function startJob(
     const job = rows[0];
     if (!job) throw new NotFoundError(`job ${jobId} does not exist`);
     if (job.state !== 'pending') return { started: false, state: job.state };
-    await insertTasksTx(tx, job, pipeline.tasks);
+    const touched = await insertTasksTx(tx, job, pipeline.tasks);
     await tx.query(
       `update jobs set state = 'running', started_at = now(), pipeline_name = $2,
                        error = null, errors = null
@@ -490,9 +495,11 @@ export async function startJob(
     const n = pipeline.tasks.length;
     await enqueueStatus(tx, jobId, 'pending', `running ${n} task${n === 1 ? '' : 's'}`);
     await noteBlockedTx(tx, jobId);
-    return { started: true, state: 'running' as JobState };
+    return { started: true, state: 'running' as JobState, touched };
   });
-  if (!started.started) return { ...started, jobState: null };
+  if (!started.started) return { started: false, state: started.state, jobState: null };
+  // Older jobs whose tasks this one's concurrency groups stopped: settle them.
+  for (const other of started.touched ?? []) await followUpAfterCommit(pool, other);
   const follow = await followUpAfterCommit(pool, jobId);
   const jobState = follow?.jobState ?? null;
   return { started: true, state: jobState ?? 'running', jobState };

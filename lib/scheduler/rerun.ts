@@ -77,6 +77,10 @@ export async function rerunJob(
         services: t.services,
         storage: t.storage,
         block: t.block,
+        concurrency:
+          t.concurrency_group && t.concurrency_limit && t.concurrency_mode
+            ? { group: t.concurrency_group, limit: t.concurrency_limit, mode: t.concurrency_mode }
+            : null,
         // The first job's changes: decision stands: the files of the commit did not change.
         pathSkipped: t.path_skipped ? (t.error ?? 'no changed file matches') : undefined,
         position: t.position,

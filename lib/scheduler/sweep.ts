@@ -365,9 +365,20 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   // their time cost an index entry each and no table row.
   const unclaimed = await find<{ id: string }>(
     'queue timeouts',
-    `select id from tasks
-      where state = 'queued' and queued_at + make_interval(secs => queue_timeout_s) < now()
-      order by queued_at limit $1`,
+    // A task waiting for its concurrency group (not its queue's head, or the
+    // group full) waits for the group, not for a worker: its queue timeout
+    // does not run.
+    `select t.id from tasks t
+      where t.state = 'queued' and t.queued_at + make_interval(secs => t.queue_timeout_s) < now()
+        and (t.concurrency_key is null
+             or ((select count(*) from tasks h
+                   where h.concurrency_key = t.concurrency_key and h.state = 'running')
+                   < t.concurrency_limit
+                 and not exists (
+                       select 1 from tasks o
+                        where o.concurrency_key = t.concurrency_key and o.state = 'queued'
+                          and (o.job_created_at, o.position) < (t.job_created_at, t.position))))
+      order by t.queued_at limit $1`,
     [batch],
   );
   if (opts.dryRun) {

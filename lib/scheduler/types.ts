@@ -109,6 +109,11 @@ export interface TaskRow {
   unblocked_at: Date | null;
   /** Left out by its changes: filter; a rerun leaves it out again. */
   path_skipped: boolean;
+  /** Its concurrency group as written (lower case), its key (`<project>/<group>` or `org:<name>`), limit and mode; null for none. */
+  concurrency_group: string | null;
+  concurrency_key: string | null;
+  concurrency_limit: number | null;
+  concurrency_mode: 'queue' | 'replace_pending' | 'cancel_running' | null;
   cancel_requested: boolean;
   exit_code: number | null;
   error: string | null;

@@ -35,6 +35,7 @@ describe('compilePipeline', () => {
           services: [],
           block: null,
           changes: null,
+          concurrency: null,
           maxAttempts: 3,
           timeoutS: 3600,
           queueTimeoutS: 86_400,

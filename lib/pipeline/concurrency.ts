@@ -1,0 +1,56 @@
+// Concurrency groups (`concurrency:` on a task): how many tasks of one group
+// may run at once, across jobs, and what a newer job does to the older ones
+// waiting or running in it. Pure: the group's name is resolved here; the
+// claim statement enforces the limit (migrations/013, conductor_claim).
+import { z } from 'zod';
+import type { Trigger } from './glob.ts';
+
+/** What a group does when a newer job's task joins it. */
+export const CONCURRENCY_MODES = ['queue', 'replace_pending', 'cancel_running'] as const;
+export type ConcurrencyMode = (typeof CONCURRENCY_MODES)[number];
+
+/** Most tasks of one group a limit may allow at once. */
+export const MAX_CONCURRENCY_LIMIT = 1000;
+
+/** `concurrency: {group, limit, mode}`. */
+export const ConcurrencySchema = z.strictObject({
+  group: z
+    .string()
+    .min(1, 'must not be empty')
+    .max(200, 'must be at most 200 characters')
+    .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
+    .refine((group) => group !== 'org:', 'an org: group needs a name after org:'),
+  limit: z.number().int().min(1).max(MAX_CONCURRENCY_LIMIT).optional(),
+  mode: z.enum(CONCURRENCY_MODES).optional(),
+});
+
+/** A task's group as stored: its name (lower case, `${CONDUCTOR_REF}` filled in), limit and mode. */
+export interface CompiledConcurrency {
+  /** `deploy-main`, or `org:deploy` for a group spanning every project. */
+  group: string;
+  limit: number;
+  mode: ConcurrencyMode;
+}
+
+// The ref as a group names it: a branch or tag by its short name, anything else whole.
+function shortRef(ref: string): string {
+  return ref.replace(/^refs\/(heads|tags)\//, '');
+}
+
+/**
+ * The group a task joins for this trigger: `${CONDUCTOR_REF}` (or `${ref}`)
+ * becomes the ref's short name, and the name is lower-cased (groups are
+ * case-insensitive).
+ */
+export function compileConcurrency(
+  spec: z.infer<typeof ConcurrencySchema> | undefined,
+  trigger: Trigger,
+): CompiledConcurrency | null {
+  if (!spec) return null;
+  const ref = shortRef(typeof trigger.ref === 'string' ? trigger.ref : '');
+  const group = spec.group
+    .replaceAll('${CONDUCTOR_REF}', ref)
+    .replaceAll('${ref}', ref)
+    .toLowerCase();
+  return { group, limit: spec.limit ?? 1, mode: spec.mode ?? 'queue' };
+}

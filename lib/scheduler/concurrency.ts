@@ -1,0 +1,77 @@
+// Concurrency groups at job start (issue #30): a job's tasks join their
+// groups, and a group's mode acts on the older jobs' tasks in it. The limit
+// itself is the claim statement's (conductor_claim, migrations/013): a task
+// of a group is claimable when it heads the group's queue and the group has
+// a free slot.
+import type { Queryable } from '../db/index.ts';
+import { skipReachable } from './progress.ts';
+import type { TaskSpec } from './types.ts';
+
+/**
+ * Stores the groups of a job's new tasks (key: `<project>/<group>`, or the
+ * `org:<name>` group as it is), then applies their modes to the tasks of
+ * older jobs in the same groups: `replace_pending` cancels those still
+ * queued, `cancel_running` those queued and flags those running. Answers the
+ * older jobs it touched, to follow up once this commits.
+ */
+export async function joinGroupsTx(
+  tx: Queryable,
+  job: { id: string; project_id: string; created_at: Date; number?: number },
+  specs: TaskSpec[],
+): Promise<string[]> {
+  const grouped = specs.filter((s) => s.concurrency);
+  if (grouped.length === 0) return [];
+  await tx.query(
+    `update tasks t
+        set concurrency_group = x.grp,
+            concurrency_key = case when x.grp like 'org:%' then x.grp else $2 || '/' || x.grp end,
+            concurrency_limit = x.lim,
+            concurrency_mode = x.mode
+       from jsonb_to_recordset($3::jsonb) as x (name text, grp text, lim int, mode text)
+      where t.job_id = $1 and t.name = x.name`,
+    [
+      job.id,
+      job.project_id,
+      JSON.stringify(
+        grouped.map((s) => ({
+          name: s.name,
+          grp: s.concurrency?.group,
+          lim: s.concurrency?.limit,
+          mode: s.concurrency?.mode,
+        })),
+      ),
+    ],
+  );
+  if (!grouped.some((s) => s.concurrency?.mode !== 'queue')) return [];
+  // Older jobs' tasks in the groups this job's tasks joined with a mode that
+  // acts: queued ones cancelled; with cancel_running, running ones flagged
+  // (their runner stops at its next heartbeat and reports cancelled).
+  const { rows } = await tx.query<{ id: string; job_id: string; name: string; state: string }>(
+    `with mine as (
+       select distinct t.concurrency_key as key, t.concurrency_group as grp, t.concurrency_mode as mode
+         from tasks t
+        where t.job_id = $1 and t.concurrency_mode in ('replace_pending', 'cancel_running')
+     ), me as (select number from jobs where id = $1)
+     update tasks o
+        set state = case when o.state = 'running' then o.state else 'cancelled' end,
+            cancel_requested = o.cancel_requested or o.state = 'running',
+            finished_at = case when o.state = 'running' then o.finished_at else now() end,
+            queued_at = case when o.state = 'running' then o.queued_at end,
+            error = case when o.state = 'running' then o.error
+                         else format('%s by job #%s in group %s (%s)',
+                                     case when m.mode = 'replace_pending' then 'replaced' else 'cancelled' end,
+                                     (select number from me), m.grp, m.mode) end
+       from mine m
+      where o.concurrency_key = m.key and o.job_id <> $1 and o.job_created_at <= $2
+        and (o.state = 'queued' or (m.mode = 'cancel_running' and o.state = 'running'
+                                    and not o.cancel_requested))
+      returning o.id, o.job_id, o.name, o.state`,
+    [job.id, job.created_at],
+  );
+  for (const row of rows) {
+    if (row.state === 'cancelled') {
+      await skipReachable(tx, [row.id], `skipped: ${row.name} was cancelled`);
+    }
+  }
+  return [...new Set(rows.map((row) => row.job_id))];
+}
