@@ -3,7 +3,6 @@ export {
   changesMatch,
   changesSkipReason,
 } from './changes.ts';
-export { type CompiledConcurrency, type ConcurrencyMode } from './concurrency.ts';
 export {
   type CompiledBlock,
   type CompiledBlockField,
@@ -17,6 +16,7 @@ export {
   needsFiles,
   type PipelineCompiler,
 } from './compile.ts';
+export type { CompiledConcurrency, ConcurrencyMode } from './concurrency.ts';
 export { refMatches, type Trigger } from './glob.ts';
 export type { IncludedFile, IncludedFiles } from './include.ts';
 export { formatIssue, PipelineError, type PipelineIssue } from './issues.ts';

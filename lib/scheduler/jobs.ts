@@ -9,8 +9,8 @@ import {
 import { NotFoundError } from '../errors.ts';
 import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
-import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { joinGroupsTx } from './concurrency.ts';
+import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { followUpAfterCommit, noteBlockedTx, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
 
