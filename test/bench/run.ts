@@ -6,6 +6,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startEmbeddedPostgres } from '../../local/postgres.ts';
+import { artifactTransfer, describeArtifactBench } from './artifacts.ts';
 import {
   addHistory,
   claimLatency,
@@ -17,6 +18,7 @@ import {
   lostRunner,
   migrated,
   takeoverCost,
+  groupCost,
   webhookLatency,
 } from './conductor.ts';
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';
@@ -212,6 +214,14 @@ async function main(): Promise<void> {
         `  ${t.ratio.toFixed(3)}× (per round ${t.spread[0].toFixed(2)} to ${t.spread[1].toFixed(2)}) over ${t.withTakeover.length} rounds`,
       );
     });
+    await step('concurrency groups: the claim with and without them, c=16', async () => {
+      const { rounds, tasks, windowMs } = P.takeover;
+      const g = await groupCost(pg, 16, rounds, tasks, windowMs);
+      results.groups = g;
+      progress(
+        `  ${g.ratio.toFixed(3)}× (per round ${g.spread[0].toFixed(2)} to ${g.spread[1].toFixed(2)}) over ${g.withGroups.length} rounds`,
+      );
+    });
     await step('webhook to first claimable task', async () => {
       results.webhook = await webhookLatency(
         pg.url('hook'),
@@ -241,6 +251,11 @@ async function main(): Promise<void> {
           `  ${p.groups} groups: p50 ${p.p50.toFixed(1)} ms, p99 ${p.p99.toFixed(1)} ms, first ${p.firstMs.toFixed(0)} ms, ${(p.gzipBytes / 1024).toFixed(0)} KB gzip`,
         );
       }
+    });
+    await step('artifacts: 100 MiB through the local store', async () => {
+      const line = describeArtifactBench(await artifactTransfer(work));
+      results.notes.push(line);
+      progress(`  ${line}`);
     });
     let history = 0;
     const { createPool } = await import('../../lib/db/index.ts');
