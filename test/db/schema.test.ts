@@ -8,8 +8,10 @@ import {
   FORK_PULL_REQUEST_POLICIES,
   JOB_STATES,
   JOB_TRIGGERS,
+  SCHEDULE_CATCH_UP,
   STATUS_RESULTS,
   STATUS_STATES,
+  TASK_RUN_WHEN,
   TASK_STATES,
   VISIBILITIES,
 } from '../../lib/states.ts';
@@ -38,6 +40,8 @@ const pairs: [string, readonly string[]][] = [
   ['task_attempts_outcome_check', ATTEMPT_OUTCOMES],
   ['status_outbox_state_check', STATUS_STATES],
   ['status_outbox_result_check', STATUS_RESULTS],
+  ['tasks_run_when_check', TASK_RUN_WHEN],
+  ['schedules_catch_up_check', SCHEDULE_CATCH_UP],
 ];
 
 for (const [constraint, values] of pairs) {
