@@ -67,6 +67,7 @@ function run(body: Record<string, unknown>) {
   return stack.call('POST', '/v1/projects/inputs/jobs', { token: stack.adminToken, body });
 }
 
+// biome-ignore lint/suspicious/noTemplateCurlyInString: the pipeline's own ${{ inputs.x }} syntax
 test('a run without a sha takes the head of the branch, and its inputs reach the script as CONDUCTOR_INPUT_<NAME> and ${{ inputs.x }}', async () => {
   const res = await run({ ref: 'main', inputs: { env: 'prod', count: 3, dry_run: 'false' } });
   assert.equal(res.status, 202, res.text);

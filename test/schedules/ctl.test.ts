@@ -21,6 +21,7 @@ const git = (...args: string[]) =>
 git('init', '-q', '-b', 'main');
 await writeFile(
   join(repo, '.conductor.yml'),
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: the pipeline's own ${{ inputs.x }} syntax
   'version: 1\ninputs:\n  env: {type: choice, options: [staging, prod], default: staging}\ntasks:\n  deploy:\n    script: ["./deploy ${{ inputs.env }}"]\n',
 );
 git('add', '.');
