@@ -486,6 +486,12 @@ function knownKeys(path: readonly PathSegment[], top: readonly string[]): string
   if (path.length === 5 && path[0] === 'tasks' && path[2] === 'block' && path[3] === 'fields') {
     return Object.keys(BlockFieldSchema.shape);
   }
+  if (path.length === 3 && path[0] === 'tasks' && path[2] === 'artifacts') {
+    return Object.keys(ArtifactsSchema.shape);
+  }
+  if ((path.length === 3 || path.length === 4) && path[0] === 'tasks' && path[2] === 'cache') {
+    return Object.keys(CacheEntrySchema.shape);
+  }
   if (path.length === 4 && path[0] === 'tasks' && path[2] === 'services') {
     return Object.keys(ServiceSchema.shape);
   }
