@@ -20,9 +20,14 @@ const freshLabel = () => `bench${++labels}-${process.pid}`;
 
 export type Shape = 'jobs' | 'wide' | 'fan';
 
-/** Task specs of one job: `n` independent tasks, or 1 → n-2 → 1. */
-function jobSpecs(n: number, label: string, fan: boolean): TaskSpec[] {
-  if (!fan) return Array.from({ length: n }, (_, i) => spec(`t${i}`, { labels: [label] }));
+/** Task specs of one job: `n` independent tasks (in `group` when given), or 1 → n-2 → 1. */
+function jobSpecs(n: number, label: string, fan: boolean, group?: string): TaskSpec[] {
+  if (!fan) {
+    // A group of its own per job, with a slot per task: the check runs on every
+    // claim, and the group never holds a task back (its cost, not its queue).
+    const concurrency = group ? { group, limit: n, mode: 'queue' as const } : null;
+    return Array.from({ length: n }, (_, i) => spec(`t${i}`, { labels: [label], concurrency }));
+  }
   const middle = Array.from({ length: n - 2 }, (_, i) =>
     spec(`m${i}`, { labels: [label], needs: ['root'] }),
   );
@@ -39,12 +44,18 @@ export async function queueTasks(
   total: number,
   shape: Shape,
   jobSize: number,
+  groups = false,
 ): Promise<string> {
   const label = freshLabel();
   const project = await makeProject(pool, { cancelSuperseded: false });
   if (shape === 'jobs') {
     for (let done = 0; done < total; done += jobSize) {
-      await startedJob(pool, project, jobSpecs(Math.min(jobSize, total - done), label, false));
+      const group = groups ? `g${done}` : undefined;
+      await startedJob(
+        pool,
+        project,
+        jobSpecs(Math.min(jobSize, total - done), label, false, group),
+      );
     }
   } else {
     await startedJob(pool, project, jobSpecs(total, label, shape === 'fan'));
@@ -74,10 +85,11 @@ async function setUpCycles(
   total: number,
   shape: Shape,
   jobSize: number,
+  groups = false,
 ): Promise<CycleSetup> {
   const pool = createPool({ url, max: concurrency });
   try {
-    const label = await queueTasks(pool, total, shape, jobSize);
+    const label = await queueTasks(pool, total, shape, jobSize, groups);
     const workers: string[] = [];
     for (let i = 0; i < concurrency; i++) workers.push(await makeWorker(pool, [label]));
     return { pool, label, workers };
@@ -755,6 +767,81 @@ export async function takeoverCost(
     windowMs,
     withTakeover,
     queueOnly,
+    ratio,
+    spread: [Math.min(...ratios), Math.max(...ratios)],
+  };
+}
+
+export interface GroupCost {
+  /** Loops per side. */
+  concurrency: number;
+  tasks: number;
+  windowMs: number;
+  /** Cycles per second with every task in a concurrency group (a group per job of 10, limit 10), per round. */
+  withGroups: number[];
+  /** The same, at the same time, on a database whose tasks have no group. */
+  withoutGroups: number[];
+  /** Geometric mean of the per-round ratios withGroups / withoutGroups. */
+  ratio: number;
+  spread: [number, number];
+}
+
+/**
+ * What concurrency groups cost the claim (issue #30): as takeoverCost, two
+ * fresh databases per round, both as migrated, one whose tasks are all in
+ * concurrency groups (each job of 10 its own group of limit 10, so the group
+ * never holds a task back and the cost of the check is what is measured),
+ * run at the same time for the same window.
+ */
+export async function groupCost(
+  server: {
+    url(db: string): string;
+    createDatabase(db: string): Promise<void>;
+    dropDatabase(db: string): Promise<void>;
+  },
+  concurrency: number,
+  rounds: number,
+  tasks: number,
+  windowMs: number,
+): Promise<GroupCost> {
+  const withGroups: number[] = [];
+  const withoutGroups: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const dbs = [`groups_${round}_on`, `groups_${round}_off`];
+    const setups: CycleSetup[] = [];
+    try {
+      for (const db of dbs) {
+        await server.createDatabase(db);
+        await migrated(server.url(db));
+      }
+      setups.push(await setUpCycles(server.url(dbs[0]!), concurrency, tasks, 'jobs', 10, true));
+      setups.push(await setUpCycles(server.url(dbs[1]!), concurrency, tasks, 'jobs', 10, false));
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      const runs: Promise<CycleResult>[] = [];
+      for (const i of order) runs[i] = runCycles(setups[i]!, tasks, windowMs);
+      const [on, off] = await Promise.all(runs);
+      for (const r of [on!, off!]) {
+        if (!r.partial || r.errors > 0) {
+          throw new Error(
+            `round ${round}: ${r.done} of ${r.wanted} tasks in the window (queue more), ${r.errors} errors`,
+          );
+        }
+      }
+      withGroups.push(on!.perSecond);
+      withoutGroups.push(off!.perSecond);
+    } finally {
+      for (const s of setups) await s.pool.end();
+      for (const db of dbs) await server.dropDatabase(db).catch(() => {});
+    }
+  }
+  const ratios = withGroups.map((w, i) => w / withoutGroups[i]!);
+  const ratio = Math.exp(ratios.reduce((s, x) => s + Math.log(x), 0) / ratios.length);
+  return {
+    concurrency,
+    tasks,
+    windowMs,
+    withGroups,
+    withoutGroups,
     ratio,
     spread: [Math.min(...ratios), Math.max(...ratios)],
   };

@@ -3,6 +3,7 @@ import type {
   CycleResult,
   EmptyClaims,
   EmptyWal,
+  GroupCost,
   Latency,
   LostRunner,
   TakeoverCost,
@@ -38,6 +39,7 @@ export interface Results {
   webhook?: WebhookLatency;
   lostRunner?: LostRunner;
   takeover?: TakeoverCost;
+  groups?: GroupCost;
   jobPage?: { matrix: PageRender; layered: PageRender };
   notes: string[];
 }
@@ -122,6 +124,14 @@ export function targets(r: Results): Target[] {
       : '–',
     met: t ? t.ratio >= 0.95 : undefined,
   });
+  const g = r.groups;
+  out.push({
+    name: `cycles with every task in a concurrency group within 10% of cycles without (c=${g?.concurrency ?? 16}; issue #30)`,
+    measured: g
+      ? `${f2(g.ratio)}× over ${g.withGroups.length} rounds (${f2(g.spread[0])} to ${f2(g.spread[1])})`
+      : '–',
+    met: g ? g.ratio >= 0.9 : undefined,
+  });
   const page = r.jobPage?.matrix;
   out.push({
     name: 'GET /jobs/{id} of 1,000 tasks ≤ 50 ms p50 (issue #15)',
@@ -204,6 +214,13 @@ export function markdown(r: Results): string {
     lines.push(
       `| lost runner: last heartbeat to the next claim (lease ${l.leaseS} s, idle poll ${l.pollMaxS} s), by takeover, sweep off | ${f1(l.takeoverS)} s |`,
       `| the same with the sweep only (every ${l.sweepIntervalS} s, then the next poll) | ${f1(l.sweepOnlyS)} s |`,
+    );
+  }
+  if (r.groups) {
+    const g = r.groups;
+    const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    lines.push(
+      `| the claim with every task in a concurrency group (a group per job of 10, limit 10) against none, both at once, ${g.concurrency} loops each, ${g.withGroups.length} rounds of ${f1(g.windowMs / 1000)} s | ${f2(g.ratio)}× (per round ${f2(g.spread[0])} to ${f2(g.spread[1])}; median ${f0(med(g.withGroups))} against ${f0(med(g.withoutGroups))} cycles/s) |`,
     );
   }
   if (r.takeover) {

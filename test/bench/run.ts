@@ -12,13 +12,13 @@ import {
   claimLatency,
   emptyClaimRate,
   emptyClaimWal,
+  groupCost,
   httpCeiling,
   httpCycles,
   libraryCycles,
   lostRunner,
   migrated,
   takeoverCost,
-  groupCost,
   webhookLatency,
 } from './conductor.ts';
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';

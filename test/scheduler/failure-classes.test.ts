@@ -225,7 +225,13 @@ test('a sweep whose deadline passes starts no new repair, says what it left, and
   assert.equal(first.errors, 0);
   assert.equal(first.leases_expired, 1, "A's repair, started before the deadline, was done");
   assert.equal(first.deferred, 1, 'B was left for the next sweep');
-  assert.deepEqual(first.skipped, ['queue timeouts', 'follow-ups', 'orphans', 'compiles']);
+  assert.deepEqual(first.skipped, [
+    'queue timeouts',
+    'block timeouts',
+    'follow-ups',
+    'orphans',
+    'compiles',
+  ]);
   assert.equal((await db.tasksOf(job.id)).b!.state, 'running', 'nothing was done to B');
 
   const next = await sweep(pool);
