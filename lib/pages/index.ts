@@ -683,7 +683,8 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
  */
 export async function idlePage(event: HttpEvent, ctx: AppContext): Promise<Reply | undefined> {
   if (!ctx.gate || (event.requestContext?.http?.method ?? 'GET') !== 'GET') return undefined;
-  if (event.rawPath === '/login' || sessionOf(event, ctx)) return undefined;
+  // Signing in goes on while idle, with a forge too (/login/{forge} and its callback).
+  if (/^\/login(\/|$)/.test(event.rawPath) || sessionOf(event, ctx)) return undefined;
   const sig = event.queryStringParameters?.sig;
   const jobId = /^\/jobs\/([^/]+)/.exec(event.rawPath)?.[1];
   if (sig !== undefined && jobId && UUID.test(jobId) && verifyJobLink(ctx.keyring, jobId, sig)) {
