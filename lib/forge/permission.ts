@@ -7,6 +7,9 @@
 //
 // Gitea answers this only to a site administrator, a repository administrator, or the user
 // asked about; anything short of a confirmed writer leaves the job untrusted.
+//
+// And asking GitHub or Gitea what a signed-in person may do (askRepoPermission, for
+// lib/app/people.ts): the same route on both, GitHub's under its API base.
 import {
   apiBase,
   callForge,
