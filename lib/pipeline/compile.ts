@@ -432,7 +432,7 @@ function build(
     const storage = compileStorage(task);
     const otherBytes =
       (services.length ? Buffer.byteLength(JSON.stringify(services), 'utf8') : 0) +
-      Buffer.byteLength(JSON.stringify(storage), 'utf8') +
+      (Object.keys(storage).length ? Buffer.byteLength(JSON.stringify(storage), 'utf8') : 0) +
       jsonBytes(plan.key) +
       (image === null ? 0 : jsonBytes(image)) +
       listBytes(labels) +
@@ -484,7 +484,7 @@ function build(
         allowFailure: task.allow_failure ?? false,
         failFast: task.fail_fast ?? false,
         services: services.map((service) => ({ ...service, env: { ...service.env } })),
-        storage: structuredClone(storage),
+        ...(Object.keys(storage).length ? { storage: structuredClone(storage) } : {}),
         block,
         changes: task.changes
           ? { include: [...task.changes.include], exclude: [...task.changes.exclude] }

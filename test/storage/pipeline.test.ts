@@ -20,7 +20,7 @@ test("docs/artifacts.md's example compiles to the artifacts and caches it descri
       },
     ],
   });
-  assert.deepEqual(deploy?.storage, {});
+  assert.equal(deploy?.storage, undefined, 'a task without artifacts or caches carries nothing');
   assert.deepEqual(deploy?.needs, ['build']);
 });
 
