@@ -284,13 +284,15 @@ Object.assign(routes, {
 
 // Schedules (docs/schedules.md): the project's, by name.
 Object.assign(routes, {
-  'POST /v1/projects/{id}/schedules': async (event, ctx) => ({
+  'POST /v1/projects/{id}/schedules': async (event, ctx, by) => ({
     status: 201,
     body: {
       schedule: await createSchedule(
         ctx,
         pathParam(event, 'id'),
         jsonBody(event, ScheduleCreateSchema),
+        new Date(),
+        by,
       ),
     },
   }),
@@ -298,7 +300,7 @@ Object.assign(routes, {
     status: 200,
     body: { schedules: await projectSchedules(ctx, pathParam(event, 'id')) },
   }),
-  'PATCH /v1/projects/{id}/schedules/{name}': async (event, ctx) => ({
+  'PATCH /v1/projects/{id}/schedules/{name}': async (event, ctx, by) => ({
     status: 200,
     body: {
       schedule: await changeSchedule(
@@ -306,11 +308,13 @@ Object.assign(routes, {
         pathParam(event, 'id'),
         pathParam(event, 'name'),
         jsonBody(event, ScheduleUpdateSchema),
+        new Date(),
+        by,
       ),
     },
   }),
-  'DELETE /v1/projects/{id}/schedules/{name}': async (event, ctx) => {
-    await removeSchedule(ctx, pathParam(event, 'id'), pathParam(event, 'name'));
+  'DELETE /v1/projects/{id}/schedules/{name}': async (event, ctx, by) => {
+    await removeSchedule(ctx, pathParam(event, 'id'), pathParam(event, 'name'), by);
     return { status: 204 };
   },
 } satisfies Record<string, Route>);

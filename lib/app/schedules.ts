@@ -11,6 +11,7 @@ import { type HeadResult, resolveHead } from '../forge/branch.ts';
 import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
 import { openGate } from '../idle/gate.ts';
 import { log } from '../log.ts';
+import { ADMIN_BEARER } from '../people/sessions.ts';
 import { createJobTx } from '../scheduler/jobs.ts';
 import type { JobRow } from '../scheduler/types.ts';
 import {
@@ -37,6 +38,7 @@ import {
   updateSchedule,
 } from '../schedules/store.ts';
 import { SCHEDULE_CATCH_UP } from '../states.ts';
+import { audit, type Person } from './audit.ts';
 import { forgeToken, getProject, getProjectRow } from './projects.ts';
 import { triggerJob } from './trigger.ts';
 
@@ -156,6 +158,7 @@ export async function createSchedule(
   projectId: string,
   input: ScheduleCreate,
   now = new Date(),
+  by: Person = ADMIN_BEARER,
 ): Promise<ScheduleView> {
   await getProject(ctx.pool, projectId);
   const row = planned(
@@ -176,6 +179,11 @@ export async function createSchedule(
     // A closed idle gate keeps the wake time of the work it last saw: open
     // it, and the sweep that closes it again wakes for this schedule too.
     await openGate(ctx.gate);
+    await audit(ctx.pool, by, {
+      projectId,
+      action: 'schedule create',
+      detail: `${input.name}: ${input.cron} (${input.timezone})`,
+    });
     return scheduleView(created);
   } catch (err) {
     if (sqlState(err) === SQLSTATE.uniqueViolation) {
@@ -206,6 +214,7 @@ export async function changeSchedule(
   name: string,
   input: ScheduleUpdate,
   now = new Date(),
+  by: Person = ADMIN_BEARER,
 ): Promise<ScheduleView> {
   await getProject(ctx.pool, projectId);
   const row = await transaction(ctx.pool, async (tx) => {
@@ -232,6 +241,11 @@ export async function changeSchedule(
   });
   // As on create: the gate's wake time is recomputed by the sweep that closes it.
   await openGate(ctx.gate);
+  await audit(ctx.pool, by, {
+    projectId,
+    action: 'schedule update',
+    detail: `${name}: ${Object.keys(input).join(', ') || 'nothing'}`,
+  });
   return scheduleView(row);
 }
 
@@ -240,10 +254,12 @@ export async function removeSchedule(
   ctx: AppContext,
   projectId: string,
   name: string,
+  by: Person = ADMIN_BEARER,
 ): Promise<void> {
   await getProject(ctx.pool, projectId);
   const gone = await transaction(ctx.pool, (tx) => deleteSchedule(tx, projectId, name));
   if (!gone) throw new NotFoundError(`project "${projectId}" has no schedule named "${name}"`);
+  await audit(ctx.pool, by, { projectId, action: 'schedule delete', detail: name });
 }
 
 /** What one tick did, for the sweep's summary. */

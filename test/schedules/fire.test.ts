@@ -180,6 +180,21 @@ test('the schedules API: create answers next_run_at, bad cron and time zone name
     404,
   );
   assert.equal((await stack.call('GET', `/v1/projects/nope/schedules`, { token })).status, 404);
+  // Each change is in the project's audit, by who made it.
+  const audit = await stack.call('GET', `/v1/projects/${id}/audit`, { token });
+  assert.deepEqual(
+    audit.body.events.map((e: { actor: string; action: string; detail: string }) => [
+      e.actor,
+      e.action,
+      e.detail,
+    ]),
+    [
+      ['admin token', 'schedule delete', 'nightly'],
+      ['admin token', 'schedule update', 'nightly: cron, enabled'],
+      ['admin token', 'schedule update', 'nightly: enabled'],
+      ['admin token', 'schedule create', 'nightly: 0 3 * * * (Europe/Berlin)'],
+    ],
+  );
 });
 
 test('a due schedule fires one job for the branch head, with its inputs, and the schedule records it', async () => {
