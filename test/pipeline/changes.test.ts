@@ -180,3 +180,46 @@ describe('docs/pipeline.md', () => {
     assert.equal(tasks[1]?.block?.timeoutS, 72 * 3600);
   });
 });
+
+describe('concurrency:', () => {
+  test('a group is lower-cased with the ref filled in; limit 1 and queue by default', () => {
+    const tasks = compile(
+      yaml`
+      version: 1
+      tasks:
+        deploy: { script: [x], concurrency: { group: "Deploy-\${CONDUCTOR_REF}" } }
+        shared: { script: [x], concurrency: { group: "org:DB", limit: 2, mode: cancel_running } }
+    `,
+      { ref: 'refs/heads/Main', event: 'push' },
+    ).tasks;
+    assert.deepEqual(
+      tasks.map((t) => t.concurrency),
+      [
+        { group: 'deploy-main', limit: 1, mode: 'queue' },
+        { group: 'org:db', limit: 2, mode: 'cancel_running' },
+      ],
+    );
+  });
+
+  test('bad groups are errors at their line', () => {
+    const issues = shown(yaml`
+      version: 1
+      tasks:
+        a: { script: [x], concurrency: { group: "" } }
+        b: { script: [x], concurrency: { group: g, limit: 0 } }
+        c: { script: [x], concurrency: { group: g, mode: wait } }
+        d: { script: [x], concurrency: { group: "org:" } }
+    `);
+    assert.equal(issues.length, 4, issues.join('\n'));
+    assert.match(issues[0] ?? '', /^3:\d+ tasks\.a\.concurrency\.group: must not be empty$/);
+    assert.match(issues[1] ?? '', /^4:\d+ tasks\.b\.concurrency\.limit: must be at least 1$/);
+    assert.match(
+      issues[2] ?? '',
+      /^5:\d+ tasks\.c\.concurrency\.mode: must be "queue" or "replace_pending" or "cancel_running"$/,
+    );
+    assert.match(
+      issues[3] ?? '',
+      /^6:\d+ tasks\.d\.concurrency\.group: an org: group needs a name after org:$/,
+    );
+  });
+});
