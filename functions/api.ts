@@ -29,7 +29,13 @@ import {
   startManualJob,
   TriggerSchema,
 } from '../lib/app/jobs.ts';
-import { ADMIN_BEARER, type Person, peopleGate } from '../lib/app/people.ts';
+import {
+  ADMIN_BEARER,
+  openSessions,
+  type Person,
+  peopleGate,
+  revokeSession,
+} from '../lib/app/people.ts';
 import {
   createProject,
   deleteProject,
@@ -253,6 +259,14 @@ const routes: Record<string, Route> = {
   }),
   'DELETE /v1/workers/{id}': async (event, ctx) => {
     await revokeWorker(ctx.pool, idParam(event, 'id', 'worker'), ctx.gate);
+    return { status: 204 };
+  },
+  'GET /v1/sessions': async (_event, ctx) => ({
+    status: 200,
+    body: { sessions: await openSessions(ctx) },
+  }),
+  'DELETE /v1/sessions/{id}': async (event, ctx) => {
+    await revokeSession(ctx, idParam(event, 'id', 'session'));
     return { status: 204 };
   },
 };

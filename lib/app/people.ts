@@ -6,7 +6,7 @@
 // secrets, schedules, workers' scope. A project without a forge token cannot
 // ask, so the answer is "ask an admin", never a guess.
 import { type AppContext, readSecret } from '../context.ts';
-import { ForbiddenError, UnavailableError } from '../errors.ts';
+import { ForbiddenError, NotFoundError, UnavailableError } from '../errors.ts';
 import { apiBase, type ForgeKind, forgeName } from '../forge/client.ts';
 import { ForgeUnavailableError } from '../forge/index.ts';
 import { askRepoPermission, type RepoPermission } from '../forge/permission.ts';
@@ -20,7 +20,7 @@ import {
   permits,
   rememberPermission,
 } from '../people/permissions.ts';
-import type { Person } from '../people/sessions.ts';
+import { endSessionById, listSessions, type Person, type SessionView } from '../people/sessions.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
 
 export { ADMIN_BEARER, actorName } from '../people/sessions.ts';
@@ -227,6 +227,17 @@ export async function oauthForge(ctx: AppContext, forge: string): Promise<OAuthF
     clientSecret,
     timeoutMs,
   };
+}
+
+/** The open sessions of the pages (`GET /v1/sessions`). */
+export function openSessions(ctx: AppContext): Promise<SessionView[]> {
+  return listSessions(ctx.pool);
+}
+
+/** Ends a session at once (`DELETE /v1/sessions/{id}`): its cookie opens nothing from now on. */
+export async function revokeSession(ctx: AppContext, id: string): Promise<void> {
+  if (!(await endSessionById(ctx.pool, id)))
+    throw new NotFoundError(`session ${id} does not exist`);
 }
 
 /** What the pages get handed (lib/people's PeopleGate). */

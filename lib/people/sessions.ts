@@ -72,6 +72,34 @@ export async function endSession(pool: Pool, cookieId: string): Promise<boolean>
   return rowCount === 1;
 }
 
+/** An open session as an admin sees it: who, since when, until when; never its cookie. */
+export interface SessionView {
+  id: string;
+  kind: 'admin' | 'forge';
+  forge: ForgeKind | null;
+  login: string | null;
+  created_at: Date;
+  expires_at: Date;
+}
+
+/** The open sessions, newest first (at most 1,000). */
+export async function listSessions(db: Queryable): Promise<SessionView[]> {
+  const { rows } = await db.query<SessionView>(
+    `select id, kind, forge, login, created_at, expires_at from sessions
+      where expires_at > to_timestamp($1) order by created_at desc, id limit 1000`,
+    [peopleNow() / 1000],
+  );
+  return rows;
+}
+
+/** Ends a session by its id (revocation), at once; answers whether it was there. */
+export async function endSessionById(pool: Pool, id: string): Promise<boolean> {
+  const { rowCount } = await transaction(pool, (tx) =>
+    tx.query('delete from sessions where id = $1', [id]),
+  );
+  return rowCount === 1;
+}
+
 /** Ends every session of a person on a forge (revocation); answers how many. */
 export async function endSessionsOf(pool: Pool, forge: ForgeKind, login: string): Promise<number> {
   const { rowCount } = await transaction(pool, (tx) =>

@@ -443,6 +443,32 @@ test('signing out ends the session at once: the same cookie, sent again, opens n
   assert.match(again.headers.get('location') ?? '', /^\/login\?next=/);
 });
 
+test("an admin revokes a person's session: it ends at once, wherever its cookie is", async () => {
+  const jobId = await finishedJob('revoke');
+  oauth.setPermission(REPO, 'victor', 'read');
+  const cookie = await signInAs('victor');
+  assert.equal((await page(`/jobs/${jobId}`, cookie)).status, 200);
+  const list = await stack.call('GET', '/v1/sessions', { token: stack.adminToken });
+  assert.equal(list.status, 200);
+  const mine = list.body.sessions.find(
+    (s: Record<string, string>) => s.login === 'victor' && s.forge === 'github',
+  );
+  assert.ok(mine, JSON.stringify(list.body.sessions));
+  assert.equal(mine.kind, 'forge');
+  assert.equal(JSON.stringify(mine).includes(cookie.split('=')[1]!), false, 'never the cookie');
+  const revoked = await stack.call('DELETE', `/v1/sessions/${mine.id}`, {
+    token: stack.adminToken,
+  });
+  assert.equal(revoked.status, 204);
+  assert.equal((await page(`/jobs/${jobId}`, cookie)).status, 302);
+  const again = await stack.call('DELETE', `/v1/sessions/${mine.id}`, {
+    token: stack.adminToken,
+  });
+  assert.equal(again.status, 404);
+  const anonymous = await stack.call('GET', '/v1/sessions');
+  assert.equal(anonymous.status, 401);
+});
+
 test('an admin-token session is kept server-side too: signing out ends it at once', async () => {
   const jobId = await finishedJob('admin-sign-out');
   const login = await fetch(`${stack.url}/login`, {
