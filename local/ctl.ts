@@ -66,8 +66,7 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
   rerun JOB_ID [--failed-only]              run a finished job again as a new job
                                             (--failed-only: successful tasks are kept)
   artifacts JOB_ID                          list a job's artifacts (path, size, expiry, id)
-  artifact download ARTIFACT_ID [--file PATH]
-                                            download an artifact as itself (a directory
+  download ARTIFACT_ID [--file PATH]        download an artifact as itself (a directory
                                             as one tar.gz named after its task); default
                                             file: its name, in the current directory
   caches --project ID                       list a project's caches (key, scope, size, last use)
@@ -332,7 +331,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
     }
     if (command === 'validate') return await validate(positionals.slice(1), values, io);
     switch (
-      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke', 'delete', 'download'].includes(sub) ? ` ${sub}` : ''}`
+      `${command}${sub && ['create', 'update', 'show', 'set', 'push', 'approve', 'revoke', 'delete'].includes(sub) ? ` ${sub}` : ''}`
     ) {
       case 'projects':
         print((await api('GET', '/v1/projects')).json);
@@ -622,8 +621,9 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         }
         return 0;
       }
-      case 'artifact download': {
-        if (!arg) throw new UsageError('artifact download needs an ARTIFACT_ID');
+      case 'download': {
+        const arg = sub;
+        if (!arg) throw new UsageError('download needs an ARTIFACT_ID');
         // The redirect goes to the store's short-lived URL: the admin token stays here.
         const first = await doFetch(`${base}/v1/artifacts/${encodeURIComponent(arg)}`, {
           headers: { authorization: `Bearer ${adminToken(values, io.env)}` },

@@ -11,6 +11,7 @@ import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
 import { purgeStorage } from '../../lib/app/artifacts.ts';
 import { transaction } from '../../lib/db/index.ts';
+import { runCtl } from '../../local/ctl.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, tempDir } from '../runner/support.ts';
 
@@ -282,4 +283,45 @@ test('retention purges an expired artifact: its row, its object, and its downloa
   assert.equal((await stack.call('GET', `/v1/artifacts/${artifact.id}`, admin)).status, 404);
   // The URL handed out before is still signed, but the object is gone.
   assert.equal((await fetch(new URL(location, stack.url))).status, 404);
+});
+
+test("ctl lists a job's artifacts, downloads one as itself, lists caches and deletes one", async () => {
+  const f = await Fixture.create(
+    stack,
+    'ctl',
+    `  build:
+    script:
+      - mkdir -p c && echo v > c/v && echo "report" > report.txt
+    artifacts:
+      paths: [report.txt]
+    cache:
+      key: ctl-key
+      paths: [c]
+`,
+  );
+  await f.runner();
+  const jobId = await f.trigger();
+  assert.equal((await f.finished(jobId)).job.state, 'success');
+  const lines: string[] = [];
+  const io = { out: (line: string) => lines.push(line), env: {} };
+  const common = ['--url', stack.url, '--token', stack.adminToken];
+  assert.equal(await runCtl(['artifacts', jobId, ...common], io), 0);
+  const [listed] = lines.splice(0);
+  assert.match(listed!, /^build\treport\.txt\t7 bytes\texpires \S+\t([0-9a-f-]{36})$/);
+  const id = /([0-9a-f-]{36})$/.exec(listed!)![1]!;
+  const dir = await tempDir('conductor-ctl-download-');
+  const file = join(dir, 'got.txt');
+  assert.equal(await runCtl(['download', id, '--file', file, ...common], io), 0);
+  assert.equal(await readFile(file, 'utf8'), 'report\n');
+  lines.splice(0);
+  assert.equal(await runCtl(['caches', '--project', f.project, ...common], io), 0);
+  assert.match(lines.join('\n'), /^ctl-key\trefs\/heads\/main\t\d+ bytes\tlast used /);
+  lines.splice(0);
+  assert.equal(
+    await runCtl(['cache', 'delete', '--project', f.project, '--name', 'ctl-key', ...common], io),
+    0,
+  );
+  assert.deepEqual(lines, ['deleted cache ctl-key']);
+  const after = await stack.call('GET', `/v1/projects/${f.project}/caches`, admin);
+  assert.deepEqual(after.body.caches, []);
 });
