@@ -1,22 +1,22 @@
 import middy from '@middy/core';
-import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';
+import type { Context } from 'aws-lambda';
 import { handleQueuedDelivery } from '../lib/app/webhook.ts';
 import { getContext } from '../lib/context.ts';
+import type { DeliveryMessage } from '../lib/idle/intake.ts';
 
 /**
- * The webhook queue's consumer (SQS, partial batch responses): each message
- * is a delivery queued while the database was resuming, handled by
- * lib/app/webhook.ts; one that must be tried again is reported as failed.
+ * The webhook queue's consumer: each async invocation (from the webhook
+ * function, lib/idle/aws-intake.ts) is one delivery queued while the database
+ * was resuming, handled by lib/app/webhook.ts. One that must be tried again
+ * throws: Lambda retries the invocation twice, then hands it to the
+ * dead-letter queue.
  */
-export async function main(event: SQSEvent): Promise<SQSBatchResponse> {
+export async function main(message: DeliveryMessage, context?: Partial<Context>): Promise<void> {
   const ctx = await getContext();
-  const failures: SQSBatchResponse['batchItemFailures'] = [];
-  for (const record of event.Records) {
-    if (!(await handleQueuedDelivery(ctx, record))) {
-      failures.push({ itemIdentifier: record.messageId });
-    }
+  const record = { messageId: context?.awsRequestId ?? 'local', body: JSON.stringify(message) };
+  if (!(await handleQueuedDelivery(ctx, record))) {
+    throw new Error('a queued webhook delivery failed; Lambda tries it again');
   }
-  return { batchItemFailures: failures };
 }
 
-export const handler = middy<SQSEvent, SQSBatchResponse>({ timeoutEarlyInMillis: 0 }).handler(main);
+export const handler = middy<DeliveryMessage, void>({ timeoutEarlyInMillis: 0 }).handler(main);

@@ -1,5 +1,6 @@
 // The alarms, on one SNS topic: failed functions, the API's 5xx, compiles
-// that kept failing, and the sweep's repairs of stalled jobs.
+// that kept failing, the sweep's repairs of stalled jobs, and an Aurora
+// that never pauses.
 import {
   type aws_apigatewayv2 as apigwv2,
   aws_cloudwatch as cloudwatch,
@@ -21,6 +22,8 @@ export interface AlarmsProps {
   webhookDeadLetters: sqs.Queue;
   /** The metric namespace of the sweep's counts. */
   namespace: string;
+  /** The Aurora cluster, when it may pause (minCapacity 0): an alarm when it has not for a day. */
+  pausingCluster?: string;
   alarmEmail?: string;
 }
 
@@ -116,6 +119,27 @@ export class Alarms {
       metrics.SweepStalledRepairs!,
       'Conductor sweep repaired stalled jobs (a lost settle, promotion or compile): look for the errors before it',
     );
+    if (props.pausingCluster) {
+      // Idle means Aurora paused (docs/deploy.md, "The idle gate"): awake for
+      // 24 hours on end is work that never ends, or something waking it.
+      const a = new cloudwatch.Alarm(scope, 'AuroraNeverPausedAlarm', {
+        metric: new cloudwatch.Metric({
+          namespace: 'AWS/RDS',
+          metricName: 'ServerlessDatabaseCapacity',
+          dimensionsMap: { DBClusterIdentifier: props.pausingCluster },
+          period: Duration.hours(1),
+          statistic: cloudwatch.Stats.MINIMUM,
+        }),
+        threshold: 0,
+        evaluationPeriods: 24,
+        datapointsToAlarm: 24,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarmDescription:
+          'Conductor: Aurora has not paused for 24 hours (work that never ends, or something that keeps connecting: see docs/deploy.md, "The idle gate")',
+      });
+      a.addAlarmAction(action);
+    }
     alarm(
       'SweepRepairErrorsAlarm',
       metrics.SweepErrors!,

@@ -2,6 +2,7 @@
 // list prices. `node --import tsx infra/cost.ts [template.json]` prints it;
 // test/infra/cost.test.ts holds the default to $10 a month idle.
 import { readFileSync } from 'node:fs';
+import { TOKEN_CACHE_MS } from '../lib/idle/workers.ts';
 
 /**
  * us-east-1 on-demand list prices, read from the AWS pricing pages on
@@ -34,12 +35,28 @@ export const PRICES = {
   httpApiPerMillion: 1.0,
   s3GetPerThousand: 0.0004,
   s3PutPerThousand: 0.005,
-  /** A daily wake: ~6 minutes at 0.5 ACU until auto-pause. */
+  logsIngestGb: 0.5,
+  /** What Lambda writes of each invocation as TEXT (START, END, REPORT lines). */
+  platformLogBytes: 350,
+  /** The reference runner's idle poll: backoff up to 10 s, jitter downwards (runner/backoff.ts). */
+  runnerPollS: 9,
+  /** A claim answered by a closed gate: billed milliseconds. */
+  closedClaimMs: 20,
+  /** How often Lambda replaces a claim container (every few hours). */
+  containerTurnoversPerDay: 6,
+  /** One wake: ~6 minutes at 0.5 ACU until auto-pause. */
   dailyWakeAcuHours: 0.5 * (6 / 60),
 };
 
 interface Template {
   Resources: Record<string, { Type: string; Properties?: Record<string, unknown> }>;
+}
+
+interface FunctionProps {
+  Description?: string;
+  MemorySize?: number;
+  Environment?: { Variables?: Record<string, unknown> };
+  LoggingConfig?: { LogFormat?: string; SystemLogLevel?: string };
 }
 
 export interface CostLine {
@@ -49,8 +66,11 @@ export interface CostLine {
 
 const of = (t: Template, type: string) => Object.values(t.Resources).filter((r) => r.Type === type);
 
-/** What the template costs a month with no CI traffic, line by line. */
-export function idleCost(t: Template, p = PRICES): CostLine[] {
+/**
+ * What the template costs a month with no CI traffic, line by line, with
+ * `opts.runners` runners polling (none by default).
+ */
+export function idleCost(t: Template, p = PRICES, opts: { runners?: number } = {}): CostLine[] {
   const h = p.hoursPerMonth;
   const lines: CostLine[] = [];
   const add = (item: string, monthly: number) => monthly > 0 && lines.push({ item, monthly });
@@ -75,8 +95,17 @@ export function idleCost(t: Template, p = PRICES): CostLine[] {
       scaling.MinCapacity * p.auroraAcuHour * h,
     );
     add('Aurora storage (1 GB)', p.auroraStorageGb * p.auroraStorageGbMonth);
-    if (scaling.MinCapacity === 0)
-      add('Aurora daily wake (the daily sweep)', 30 * p.dailyWakeAcuHours * p.auroraAcuHour);
+    if (scaling.MinCapacity === 0) {
+      // The sweep that runs past the gate (infra/stack.ts): `rate(N days)`.
+      const every = of(t, 'AWS::Events::Rule')
+        .map((r) => /^rate\((\d+) days?\)$/.exec(String(r.Properties?.ScheduleExpression)))
+        .find((m) => m !== null);
+      const days = every ? Number(every[1]) : 1;
+      add(
+        `Aurora woken by the backstop sweep (every ${days} day${days === 1 ? '' : 's'})`,
+        (30 / days) * p.dailyWakeAcuHours * p.auroraAcuHour,
+      );
+    }
     if (of(t, 'AWS::RDS::DBProxy').length > 0) {
       add(
         'RDS Proxy (8-ACU minimum)',
@@ -91,14 +120,75 @@ export function idleCost(t: Template, p = PRICES): CostLine[] {
     'SQS: the webhook consumer long-polling',
     (esms * p.sqsIdleReceivesMonth * p.sqsPerMillion) / 1e6,
   );
-  // The minute's sweep behind a closed gate: an invocation, one S3 HEAD.
+  // The minute's sweep behind a closed gate: an invocation, and three reads
+  // (the marker, a close left pending, the wake time).
   const sweeps = 60 * h;
   add(
-    'sweep every minute (closed gate: Lambda ~100 ms at 512 MB, an S3 HEAD)',
+    'sweep every minute (closed gate: Lambda ~100 ms at 512 MB, three S3 reads)',
     (sweeps * p.lambdaPerMillion) / 1e6 +
       sweeps * 0.1 * 0.5 * p.lambdaArmGbSecond +
-      (sweeps * p.s3GetPerThousand) / 1000,
+      (3 * sweeps * p.s3GetPerThousand) / 1000,
   );
+  lines.push(...runnersCost(t, opts.runners ?? 0, p));
+  return lines;
+}
+
+/** The claim function of a template, if it has one. */
+function claimFunction(t: Template): FunctionProps | undefined {
+  return of(t, 'AWS::Lambda::Function')
+    .map((r) => r.Properties as FunctionProps)
+    .find((f) => f.Description?.includes('claim a task'));
+}
+
+/**
+ * What `runners` idle runners add a month, polling every `runnerPollS`
+ * behind a closed gate: each poll is an API request and an invocation
+ * answered from the gate (no connection); each container reads the marker
+ * and its runners' tokens once per gate cache period; the platform's log
+ * lines unless the function logs JSON at WARN; and the database wakes that
+ * container turnover causes, none when the tokens are in the gate's bucket
+ * (a container that must hear the database accept a token wakes it).
+ */
+export function runnersCost(t: Template, runners: number, p = PRICES): CostLine[] {
+  const claim = claimFunction(t);
+  if (runners === 0 || !claim) return [];
+  const seconds = p.hoursPerMonth * 3600;
+  const polls = (runners * seconds) / p.runnerPollS;
+  const env = claim.Environment?.Variables ?? {};
+  const cacheS = Number(env.CONDUCTOR_GATE_CACHE_MS ?? 30_000) / 1000;
+  const memoryGb = (claim.MemorySize ?? 512) / 1024;
+  const quietLogs =
+    claim.LoggingConfig?.LogFormat === 'JSON' && claim.LoggingConfig?.SystemLogLevel === 'WARN';
+  // One container per runner at most (a poll takes milliseconds); each reads
+  // the marker once per cache period and its token once per TOKEN_CACHE_MS.
+  const s3Reads = runners * (seconds / cacheS + seconds / (TOKEN_CACHE_MS / 1000));
+  const tokensInBucket = env.CONDUCTOR_GATE_BUCKET !== undefined;
+  const wakes = tokensInBucket ? 0 : runners * p.containerTurnoversPerDay * 30;
+  const who = `${runners} idle runner${runners === 1 ? '' : 's'}`;
+  const lines: CostLine[] = [
+    {
+      item: `${who}: API requests (a poll every ${p.runnerPollS} s)`,
+      monthly: (polls * p.httpApiPerMillion) / 1e6,
+    },
+    {
+      item: `${who}: claim invocations (${p.closedClaimMs} ms at ${claim.MemorySize ?? 512} MB)`,
+      monthly:
+        (polls * p.lambdaPerMillion) / 1e6 +
+        polls * (p.closedClaimMs / 1000) * memoryGb * p.lambdaArmGbSecond,
+    },
+    {
+      item: `${who}: S3 reads (the marker every ${cacheS} s, its token every ${TOKEN_CACHE_MS / 60_000} min)`,
+      monthly: (s3Reads * p.s3GetPerThousand) / 1000,
+    },
+    {
+      item: `${who}: logs (${quietLogs ? 'none: JSON at WARN' : 'START, END, REPORT per poll'})`,
+      monthly: quietLogs ? 0 : (polls * p.platformLogBytes * p.logsIngestGb) / 1024 ** 3,
+    },
+    {
+      item: `${who}: database wakes from container turnover (${wakes ? `${wakes} a month` : 'none: tokens in the gate'})`,
+      monthly: wakes * p.dailyWakeAcuHours * p.auroraAcuHour,
+    },
+  ];
   return lines;
 }
 
@@ -136,10 +226,14 @@ export const total = (lines: CostLine[]) => lines.reduce((n, l) => n + l.monthly
 if (process.argv[1]?.endsWith('cost.ts')) {
   const file = process.argv[2] ?? 'cdk.out/Conductor.template.json';
   const t = JSON.parse(readFileSync(file, 'utf8')) as Template;
-  const idle = idleCost(t);
   console.log(`prices of ${PRICES.date} (us-east-1), per month`);
-  for (const l of idle) console.log(`  ${l.item.padEnd(72)} $${l.monthly.toFixed(2)}`);
-  console.log(`idle: $${total(idle).toFixed(2)}`);
+  for (const runners of [0, 1, 3]) {
+    const idle = idleCost(t, PRICES, { runners });
+    console.log(`\nidle with ${runners} polling runner${runners === 1 ? '' : 's'}:`);
+    for (const l of idle) console.log(`  ${l.item.padEnd(80)} $${l.monthly.toFixed(2)}`);
+    console.log(`  total: $${total(idle).toFixed(2)}`);
+  }
+  const idle = idleCost(t);
   for (const n of [1_000, 100_000]) {
     console.log(
       `at ${n.toLocaleString('en')} tasks a day: $${(total(idle) + total(trafficCost(n))).toFixed(2)}`,

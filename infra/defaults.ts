@@ -22,7 +22,9 @@ export const SETTING_DEFAULTS = {
   leaseSeconds: 45,
   dbPoolMax: 2,
   logRetentionDays: logs.RetentionDays.ONE_MONTH,
-  reservedConcurrency: true,
+  // Opt-in: the reservations add up to 154, which a new account's
+  // concurrency limit (10 to 50; AWS keeps 100 unreserved) cannot hold.
+  reservedConcurrency: false,
   outsideVpc: false,
   throttleRate: 50,
   throttleBurst: 100,

@@ -166,6 +166,12 @@ function createFunction(
     timeout: spec.timeout,
     role,
     logGroup,
+    // JSON logs, and the platform's own lines (START, END, REPORT) only at
+    // WARN: an idle runner's poll then writes no log at all, which the idle
+    // bill counts on (infra/cost.ts). The application's lines are JSON already.
+    loggingFormat: lambda.LoggingFormat.JSON,
+    systemLogLevelV2: lambda.SystemLogLevel.WARN,
+    applicationLogLevelV2: lambda.ApplicationLogLevel.INFO,
     environment: { ...props.environment, ...props.environmentOf(name) },
     reservedConcurrentExecutions: props.reserveConcurrency ? RESERVED_CONCURRENCY[name] : undefined,
     paramsAndSecrets,

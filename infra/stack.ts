@@ -17,7 +17,6 @@ import {
   Duration,
   aws_lambda_destinations as destinations,
   type aws_ec2 as ec2,
-  aws_lambda_event_sources as eventSources,
   aws_events as events,
   aws_events_targets as eventsTargets,
   aws_iam as iam,
@@ -169,7 +168,6 @@ export class ConductorStack extends Stack {
   readonly secretKey: secretsmanager.Secret;
   readonly gateBucket: s3.Bucket;
   readonly artifactsBucket: s3.Bucket;
-  readonly webhookQueue: sqs.Queue;
   readonly webhookDeadLetters: sqs.Queue;
   readonly dbSecret: secretsmanager.ISecret;
   readonly cluster?: rds.DatabaseCluster;
@@ -245,15 +243,6 @@ export class ConductorStack extends Stack {
       encryption: sqs.QueueEncryption.SQS_MANAGED,
       enforceSSL: true,
     });
-    this.webhookQueue = new sqs.Queue(this, 'WebhookQueue', {
-      // Six times the consumer's timeout, as Lambda's SQS guidance has it.
-      visibilityTimeout: Duration.seconds(540),
-      retentionPeriod: Duration.days(4),
-      encryption: sqs.QueueEncryption.SQS_MANAGED,
-      enforceSSL: true,
-      deadLetterQueue: { queue: this.webhookDeadLetters, maxReceiveCount: 5 },
-    });
-
     const gateEnv = { CONDUCTOR_GATE_BUCKET: this.gateBucket.bucketName };
     // Artifacts and caches (infra/storage.ts).
     this.artifactsBucket = artifactsBucket(this);
@@ -279,7 +268,6 @@ export class ConductorStack extends Stack {
         (GATE_WRITERS as readonly string[]).includes(name)
           ? gateEnv
           : {}),
-        ...(name === 'webhook' ? { CONDUCTOR_WEBHOOK_QUEUE_URL: this.webhookQueue.queueUrl } : {}),
         ...(name in ARTIFACT_ACTIONS ? artifactsEnv : {}),
         // Long enough to wait out a resume of a paused Aurora.
         ...(name === 'webhookQueue' ? { CONDUCTOR_DB_CONNECT_TIMEOUT_MS: '60000' } : {}),
@@ -370,14 +358,20 @@ export class ConductorStack extends Stack {
         resources: [deliveries],
       }),
     );
-    this.webhookQueue.grantSendMessages(functions.webhook);
-    functions.webhookQueue.addEventSource(
-      new eventSources.SqsEventSource(this.webhookQueue, {
-        batchSize: 10,
-        reportBatchItemFailures: true,
-        maxConcurrency: RESERVED_CONCURRENCY.webhookQueue,
-      }),
+    // The queue is Lambda's own queue of async invocations: the webhook
+    // function invokes the consumer with the delivery; a failed one is tried
+    // twice more, then lands in the dead-letter queue. Unlike an SQS queue's
+    // poller, it costs nothing while nothing is queued.
+    functions.webhookQueue.grantInvoke(functions.webhook);
+    functions.webhook.addEnvironment(
+      'CONDUCTOR_WEBHOOK_CONSUMER',
+      functions.webhookQueue.functionName,
     );
+    functions.webhookQueue.configureAsyncInvoke({
+      retryAttempts: 2,
+      maxEventAge: Duration.hours(6),
+      onFailure: new destinations.SqsDestination(this.webhookDeadLetters),
+    });
 
     // Compile runs only when webhook, api or sweep invoke it (asynchronously).
     // Lambda retries a failed async invocation twice, then the event lands in
@@ -427,7 +421,8 @@ export class ConductorStack extends Stack {
     );
     // A route's settings name a route that must exist first.
     for (const key of webhookRoutes) {
-      stage.node.addDependency(this.httpApi.node.findChild(`Route ${key}`) ?? this.httpApi);
+      const route = this.node.tryFindChild(`Route ${key}`);
+      if (route) stage.node.addDependency(route);
     }
 
     // --- The sweep's schedule ------------------------------------------------
@@ -438,11 +433,13 @@ export class ConductorStack extends Stack {
       ),
       targets: [new eventsTargets.LambdaFunction(functions.sweep)],
     });
-    // Once a day the sweep runs whatever the idle gate says: retention, and
-    // the backstop for a gate left closed over work (docs/deploy.md).
+    // Once a week the sweep runs whatever the idle gate says: retention of a
+    // deployment idle all week, and the backstop for a gate left closed over
+    // work (docs/deploy.md). Weekly, not daily: each run wakes a paused
+    // Aurora, and the close is crash-safe and due work has its wake time.
     new events.Rule(this, 'DailySchedule', {
-      description: 'Conductor: the daily sweep (retention; ignores the idle gate)',
-      schedule: events.Schedule.rate(Duration.days(1)),
+      description: 'Conductor: the weekly backstop sweep (retention; ignores the idle gate)',
+      schedule: events.Schedule.rate(Duration.days(7)),
       targets: [
         new eventsTargets.LambdaFunction(functions.sweep, {
           event: events.RuleTargetInput.fromObject({ conductor: 'daily' }),

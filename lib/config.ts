@@ -65,9 +65,9 @@ export const ConfigSchema = z.object({
   /** Deployed: the S3 bucket of the idle gate's marker (and of queued webhook deliveries). */
   CONDUCTOR_GATE_BUCKET: z.string().min(1).optional(),
   /** How long a claim container trusts what it last read of the gate. */
-  CONDUCTOR_GATE_CACHE_MS: positiveInt(600_000).default(5_000),
-  /** Deployed: the SQS queue a webhook delivery goes to when the database does not answer in time. */
-  CONDUCTOR_WEBHOOK_QUEUE_URL: z.string().url().optional(),
+  CONDUCTOR_GATE_CACHE_MS: positiveInt(600_000).default(30_000),
+  /** Deployed: the function a webhook delivery is handed to (an async invocation) when the database does not answer in time. */
+  CONDUCTOR_WEBHOOK_CONSUMER: z.string().min(1).optional(),
   /** With the queue: how long a webhook waits for a database connection before queueing. */
   CONDUCTOR_WEBHOOK_DB_WAIT_MS: positiveInt(20_000).default(4_000),
   CONDUCTOR_LOG_MAX_BYTES: positiveInt(2 ** 40).default(64 * 1024 * 1024),

@@ -300,7 +300,7 @@ function directorySecret(ctx: AppContext, entry: DirectoryEntry): string | undef
 }
 
 function intakeOf(ctx: AppContext): WebhookIntake | undefined {
-  const { CONDUCTOR_WEBHOOK_QUEUE_URL: queue, CONDUCTOR_GATE_BUCKET: bucket } = ctx.config;
+  const { CONDUCTOR_WEBHOOK_CONSUMER: queue, CONDUCTOR_GATE_BUCKET: bucket } = ctx.config;
   if (!ctx.intake && queue && bucket) ctx.intake = awsIntake(queue, bucket);
   return ctx.intake;
 }
@@ -368,7 +368,8 @@ export async function receiveWebhook(
  * dedupe, job, compile, statuses). A delivery the contract would refuse (a
  * 4xx: no project, a bad signature) or a message that is not JSON is logged
  * and dropped; answers false for any other failure, which leaves it on the
- * queue for another try (after five, the dead-letter queue keeps it).
+ * queue for another try (Lambda retries the invocation twice; then the
+ * dead-letter queue keeps it).
  */
 export async function handleQueuedDelivery(
   ctx: AppContext,

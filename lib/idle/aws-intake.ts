@@ -1,6 +1,10 @@
-// The webhook intake on AWS: SQS for the queue, S3 (the idle gate's bucket)
-// for the directory and for bodies too large for a queue message.
+// The webhook intake on AWS: the queue is Lambda's own queue of async
+// invocations of the consumer (webhookQueue: retried twice, then kept in the
+// dead-letter queue), which costs nothing while nothing is queued, unlike an
+// SQS queue's poller; S3 (the idle gate's bucket) holds the directory and
+// bodies too large for an invocation.
 import { randomUUID } from 'node:crypto';
+import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
 import {
   DeleteObjectCommand,
   GetObjectCommand,
@@ -8,7 +12,6 @@ import {
   PutObjectCommand,
   S3Client,
 } from '@aws-sdk/client-s3';
-import { SendMessageCommand, SQSClient } from '@aws-sdk/client-sqs';
 import type { ForgeKind } from '../forge/webhook.ts';
 import {
   type DeliveryMessage,
@@ -18,15 +21,15 @@ import {
   type WebhookIntake,
 } from './intake.ts';
 
-// SQS takes 256 KiB a message; base64 grows a body by a third, and the
-// headers come along.
+// An async invocation takes 256 KiB; base64 grows a body by a third, and
+// the headers come along.
 const INLINE_BODY_BYTES = 150 * 1024;
 export const DELIVERY_PREFIX = 'deliveries/';
 
-/** SQS and S3 behind the intake's interfaces. */
-export function awsIntake(queueUrl: string, bucket: string): WebhookIntake {
+/** Async invocations of the consumer function and S3 behind the intake's interfaces. */
+export function awsIntake(consumerFunction: string, bucket: string): WebhookIntake {
   const s3 = new S3Client({});
-  const sqs = new SQSClient({});
+  const lambda = new LambdaClient({});
   return {
     queue: {
       async send(d: QueuedDelivery) {
@@ -43,8 +46,12 @@ export function awsIntake(queueUrl: string, bucket: string): WebhookIntake {
         } else {
           message.body = d.body.toString('base64');
         }
-        await sqs.send(
-          new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: JSON.stringify(message) }),
+        await lambda.send(
+          new InvokeCommand({
+            FunctionName: consumerFunction,
+            InvocationType: 'Event',
+            Payload: Buffer.from(JSON.stringify(message)),
+          }),
         );
       },
     },

@@ -137,20 +137,19 @@ export class IdleGate {
   }
 
   /**
-   * An object of the bucket, read at most once per `cacheMs` in this
-   * container (`forever`: kept once it exists, for markers that are never
-   * removed). Throws when the bucket cannot be read.
+   * An object of the bucket, read at most once per `cacheMs` (or `ttlMs`)
+   * in this container (`forever`: kept once it exists, for markers that are
+   * never removed). A gate with `cacheMs` 0 (tests) keeps nothing but those.
+   * Throws when the bucket cannot be read.
    */
   async cachedRead(
     key: string,
-    opts: { now?: number; forever?: boolean } = {},
+    opts: { now?: number; forever?: boolean; ttlMs?: number } = {},
   ): Promise<string | undefined> {
     const now = opts.now ?? Date.now();
     const hit = this.#objects.get(key);
-    if (
-      hit &&
-      (now - hit.at < this.cacheMs || (opts.forever === true && hit.value !== undefined))
-    ) {
+    const ttl = this.cacheMs === 0 ? 0 : (opts.ttlMs ?? this.cacheMs);
+    if (hit && (now - hit.at < ttl || (opts.forever === true && hit.value !== undefined))) {
       return hit.value;
     }
     const value = await within(this.stepMs, `reading ${key}`, this.store.read(key));

@@ -35,10 +35,19 @@ export type TokenLookup =
   /** The bucket cannot say (not yet synced, unreadable): the database must. */
   | { kind: 'ask' };
 
-/** Looks a token's hash up in the gate's bucket (cached per the gate's cache period). */
+/**
+ * How long a container keeps a token's entry. Longer than the gate's cache:
+ * an idle runner's token is read once per period, not the marker's 30 s. A
+ * token revoked meanwhile gets 204 (never a task) from a closed gate in a
+ * container that read it before, for at most this long; with the gate open
+ * every claim reaches the database, which refuses it at once.
+ */
+export const TOKEN_CACHE_MS = 10 * 60_000;
+
+/** Looks a token's hash up in the gate's bucket (kept TOKEN_CACHE_MS in this container). */
 export async function lookUpToken(gate: IdleGate, tokenHash: Buffer): Promise<TokenLookup> {
   try {
-    const text = await gate.cachedRead(workerKey(tokenHash));
+    const text = await gate.cachedRead(workerKey(tokenHash), { ttlMs: TOKEN_CACHE_MS });
     if (text !== undefined) {
       const entry = JSON.parse(text) as WorkerEntry;
       return entry.revoked ? { kind: 'refused' } : { kind: 'known', entry };

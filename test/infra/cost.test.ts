@@ -1,18 +1,33 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { idleCost, total, trafficCost } from '../../infra/cost.ts';
+import { idleCost, PRICES, runnersCost, total, trafficCost } from '../../infra/cost.ts';
 import { stubBundles, synth } from './support.ts';
 
 const bundles = stubBundles();
 
-test('the default deployment costs at most $10 a month doing nothing', (t) => {
-  const idle = idleCost(synth(bundles).json);
+test('the default deployment with one runner polling costs at most $10 a month doing nothing', (t) => {
+  const template = synth(bundles).json;
+  const idle = idleCost(template, PRICES, { runners: 1 });
   for (const l of idle) t.diagnostic(`${l.item}: $${l.monthly.toFixed(2)}`);
   t.diagnostic(
-    `idle $${total(idle).toFixed(2)}; 1,000 tasks/day +$${total(trafficCost(1000)).toFixed(2)}; 100,000 +$${total(trafficCost(100_000)).toFixed(2)}`,
+    `idle with a runner $${total(idle).toFixed(2)}; 1,000 tasks/day +$${total(trafficCost(1000)).toFixed(2)}; 100,000 +$${total(trafficCost(100_000)).toFixed(2)}`,
   );
-  assert.ok(total(idle) <= 10, `idle $${total(idle).toFixed(2)}`);
+  assert.ok(total(idle) <= 10, `idle with one runner $${total(idle).toFixed(2)}`);
   assert.ok(!idle.some((l) => /Proxy|NAT gateway/.test(l.item)));
+  // The runner's polls: no log lines, no database wakes (tokens in the gate).
+  const runner = runnersCost(template, 1);
+  assert.equal(runner.find((l) => /logs/.test(l.item))?.monthly, 0);
+  assert.equal(runner.find((l) => /wakes/.test(l.item))?.monthly, 0);
+});
+
+test('each further idle runner costs its requests, invocations and S3 reads, and never a wake', () => {
+  const template = synth(bundles).json;
+  const [none, one, three] = [0, 1, 3].map((runners) =>
+    total(idleCost(template, PRICES, { runners })),
+  );
+  const perRunner = one! - none!;
+  assert.ok(perRunner > 0.3 && perRunner < 0.6, `$${perRunner.toFixed(2)} a runner`);
+  assert.ok(Math.abs(three! - none! - 3 * perRunner) < 0.01);
 });
 
 test('the HA shape (NAT gateway, proxy, Aurora at 0.5 ACU) costs what the issue measured', () => {

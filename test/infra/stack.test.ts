@@ -99,7 +99,7 @@ describe('the HTTP API', () => {
 });
 
 describe('the sweep', () => {
-  test('an EventBridge schedule runs the sweep every minute, and once a day past the idle gate', () => {
+  test('an EventBridge schedule runs the sweep every minute, and once a week past the idle gate', () => {
     const sweepId = logicalId(byDefault.stack, byDefault.stack.functions.sweep);
     byDefault.template.hasResourceProperties('AWS::Events::Rule', {
       ScheduleExpression: 'rate(1 minute)',
@@ -107,7 +107,7 @@ describe('the sweep', () => {
       Targets: [Match.objectLike({ Arn: { 'Fn::GetAtt': [sweepId, 'Arn'] } })],
     });
     byDefault.template.hasResourceProperties('AWS::Events::Rule', {
-      ScheduleExpression: 'rate(1 day)',
+      ScheduleExpression: 'rate(7 days)',
       Targets: [
         Match.objectLike({
           Arn: { 'Fn::GetAtt': [sweepId, 'Arn'] },
@@ -133,7 +133,8 @@ describe('compile', () => {
       if (statement.Effect !== 'Allow') continue;
       if (!asList(statement.Action).some((a) => a.startsWith('lambda:'))) continue;
       assert.deepEqual(asList(statement.Action), ['lambda:InvokeFunction']);
-      assert.match(JSON.stringify(statement.Resource), new RegExp(`"${compileId}"`));
+      // The webhook function also invokes the webhook queue's consumer (asserted below).
+      if (!JSON.stringify(statement.Resource).includes(`"${compileId}"`)) continue;
       for (const role of attached) invokers.add(roles.get(role) ?? role);
     }
     assert.deepEqual([...invokers].sort(), [...COMPILE_INVOKERS].sort());
@@ -165,8 +166,8 @@ describe('compile', () => {
     const senders = policyStatements(byDefault.json)
       .filter(({ statement }) => asList(statement.Action).includes('sqs:SendMessage'))
       .flatMap(({ roles }) => roles.map((r) => roleIds(byDefault).get(r)));
-    // compile to its failure queue; webhook to the webhook queue.
-    assert.deepEqual(senders.sort(), ['compile', 'webhook']);
+    // compile to its failure queue; the webhook queue's consumer to the dead letters.
+    assert.deepEqual(senders.sort(), ['compile', 'webhookQueue']);
   });
 });
 
@@ -411,23 +412,24 @@ describe('the functions', () => {
     assert.doesNotMatch(text, /"SecretString"\s*:/);
   });
 
-  test('reserved concurrency keeps every connection under max_connections, the sweep alone', () => {
+  test('reserved concurrency (opt-in) keeps every connection under max_connections, the sweep alone', () => {
+    const reserving = synth(bundles, { reservedConcurrency: true });
     let connections = 0;
     for (const name of FUNCTION_NAMES) {
       const fn =
-        byDefault.json.Resources[logicalId(byDefault.stack, byDefault.stack.functions[name])]!;
+        reserving.json.Resources[logicalId(reserving.stack, reserving.stack.functions[name])]!;
       const reserved = fn.Properties.ReservedConcurrentExecutions as number;
       assert.ok(reserved >= 1, name);
       connections += reserved * 2;
     }
     assert.equal(
-      byDefault.json.Resources[logicalId(byDefault.stack, byDefault.stack.functions.sweep)]!
+      reserving.json.Resources[logicalId(reserving.stack, reserving.stack.functions.sweep)]!
         .Properties.ReservedConcurrentExecutions,
       1,
     );
     // Aurora Serverless v2 at 4 ACU: max_connections 901; a tenth kept for people and migrations.
     assert.ok(connections <= 810, `${connections} connections`);
-    assert.throws(() => synth(bundles, { dbPoolMax: 20 }), /over 810/);
+    assert.throws(() => synth(bundles, { dbPoolMax: 20, reservedConcurrency: true }), /over 810/);
   });
 
   test('logs are kept a month', () => {
@@ -537,7 +539,7 @@ describe('idle', () => {
     const bucket = logicalId(stack, stack.gateBucket);
     const touching = new Map<string, Set<string>>();
     for (const { roles, statement } of policyStatements(json)) {
-      if (!JSON.stringify(statement.Resource).includes('/gate/open')) continue;
+      if (!JSON.stringify(statement.Resource).includes('/gate/')) continue;
       assert.match(JSON.stringify(statement.Resource), new RegExp(bucket));
       for (const r of roles) {
         const name = roleIds(byDefault).get(r)!;
@@ -546,6 +548,8 @@ describe('idle', () => {
         touching.set(name, set);
       }
     }
+    // Claims read the marker and the worker tokens (and may list, so that a
+    // missing object answers 404, not 403); the sweep also closes the gate.
     assert.deepEqual([...touching.get('claim')!], ['s3:GetObject']);
     assert.deepEqual([...touching.get('sweep')!].sort(), [
       's3:DeleteObject',
@@ -553,30 +557,57 @@ describe('idle', () => {
       's3:PutObject',
     ]);
     assert.equal(touching.get('heartbeat'), undefined);
+    const listers = policyStatements(json)
+      .filter(({ statement }) => asList(statement.Action).includes('s3:ListBucket'))
+      .filter(({ statement }) => JSON.stringify(statement.Resource).includes(bucket))
+      .flatMap(({ roles }) => roles.map((r) => roleIds(byDefault).get(r)));
+    assert.deepEqual(listers.sort(), ['api', 'claim', 'sweep']);
     assert.equal(envOf(byDefault, 'claim').CONDUCTOR_GATE_BUCKET !== undefined, true);
   });
 
-  test('webhooks: a queue with a dead-letter queue, consumed by webhookQueue with partial batch failures', () => {
+  test('webhooks: the consumer is invoked asynchronously, tried three times, then dead-lettered; no poller', () => {
     const { stack, template } = byDefault;
-    template.hasResourceProperties('AWS::SQS::Queue', {
-      RedrivePolicy: {
-        deadLetterTargetArn: { 'Fn::GetAtt': [logicalId(stack, stack.webhookDeadLetters), 'Arn'] },
-        maxReceiveCount: 5,
+    template.resourceCountIs('AWS::Lambda::EventSourceMapping', 0);
+    template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      FunctionName: { Ref: logicalId(stack, stack.functions.webhookQueue) },
+      MaximumRetryAttempts: 2,
+      MaximumEventAgeInSeconds: 6 * 3600,
+      DestinationConfig: {
+        OnFailure: {
+          Destination: { 'Fn::GetAtt': [logicalId(stack, stack.webhookDeadLetters), 'Arn'] },
+        },
       },
     });
-    template.hasResourceProperties('AWS::Lambda::EventSourceMapping', {
-      FunctionName: { Ref: logicalId(stack, stack.functions.webhookQueue) },
-      FunctionResponseTypes: ['ReportBatchItemFailures'],
-    });
-    assert.deepEqual(envOf(byDefault, 'webhook').CONDUCTOR_WEBHOOK_QUEUE_URL, {
-      Ref: logicalId(stack, stack.webhookQueue),
+    assert.deepEqual(envOf(byDefault, 'webhook').CONDUCTOR_WEBHOOK_CONSUMER, {
+      Ref: logicalId(stack, stack.functions.webhookQueue),
     });
     assert.equal(envOf(byDefault, 'webhookQueue').CONDUCTOR_DB_CONNECT_TIMEOUT_MS, '60000');
   });
 
-  test('the API stage is throttled', () => {
+  test('the API stage is throttled, and the webhook routes have buckets of their own', () => {
     byDefault.template.hasResourceProperties('AWS::ApiGatewayV2::Stage', {
       DefaultRouteSettings: { ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 },
+      RouteSettings: {
+        'POST /v1/webhooks/github': { ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 },
+        'POST /v1/webhooks/gitea': { ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 },
+      },
+    });
+  });
+
+  test('reserved concurrency is opt-in, and Aurora that never pauses has an alarm', () => {
+    const fns = Object.values(
+      byDefault.template.findResources('AWS::Lambda::Function') as Record<
+        string,
+        { Properties: { ReservedConcurrentExecutions?: number } }
+      >,
+    );
+    assert.ok(fns.every((f) => f.Properties.ReservedConcurrentExecutions === undefined));
+    byDefault.template.hasResourceProperties('AWS::CloudWatch::Alarm', {
+      MetricName: 'ServerlessDatabaseCapacity',
+      Statistic: 'Minimum',
+      Period: 3600,
+      EvaluationPeriods: 24,
+      Threshold: 0,
     });
   });
 });
