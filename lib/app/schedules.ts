@@ -5,7 +5,7 @@
 // tickers racing make one job, and a crash leaves either all of it or none.
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
-import { SQLSTATE, sqlState, transaction } from '../db/index.ts';
+import { SQLSTATE, sqlState, transaction, unavailability } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
 import { type HeadResult, resolveHead } from '../forge/branch.ts';
 import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
@@ -286,7 +286,20 @@ export async function fireDueSchedules(ctx: AppContext, now = new Date()): Promi
   const summary: FireSummary = { schedules_fired: 0, schedules_skipped: 0 };
   const due = await dueSchedules(ctx.pool, now, BATCH);
   for (const schedule of due) {
-    const outcome = await fireOne(ctx, schedule, now);
+    let outcome: Awaited<ReturnType<typeof fireOne>>;
+    try {
+      outcome = await fireOne(ctx, schedule, now);
+    } catch (err) {
+      // The database away is the sweep's to count and defer; anything else
+      // is this schedule's alone, and the others still fire.
+      if (unavailability(err)) throw err;
+      log('error', 'schedule: could not fire', {
+        project_id: schedule.project_id,
+        schedule: schedule.name,
+        err,
+      });
+      continue;
+    }
     if (outcome === 'fired') summary.schedules_fired++;
     else if (outcome === 'skipped') summary.schedules_skipped++;
   }
