@@ -119,4 +119,8 @@ test("the project page shows the badge's Markdown: the signed URL to people sign
   const open = await (await fetch(`${stack.url}/projects/open`)).text();
   assert.match(open, /\/projects\/open\/badge\.svg\?ref=main\)/);
   assert.doesNotMatch(open, /sig=/);
+  // Reading is not running: no Run form without a session that may run.
+  assert.doesNotMatch(open, /data-run-form/);
+  // The schedules are listed for readers.
+  assert.match(open, /<h2>Schedules<\/h2>/);
 });
