@@ -32,7 +32,18 @@ const PRIMITIVES = [
  */
 const ALLOWED: Record<string, readonly string[]> = {
   infra: ['functions', 'scripts', 'app', 'http', 'idle', 'db', 'context', 'primitives'],
-  local: ['functions', 'runner', 'app', 'pages', 'forge', 'http', 'storage', 'db', 'context', 'primitives'],
+  local: [
+    'functions',
+    'runner',
+    'app',
+    'pages',
+    'forge',
+    'http',
+    'storage',
+    'db',
+    'context',
+    'primitives',
+  ],
   scripts: ['local', 'runner', 'db', 'primitives'],
   runner: ['pipeline', 'primitives'],
   functions: ['app', 'http', 'pages', 'context', 'primitives'],

@@ -42,7 +42,7 @@ test('the job page lists an artifact with its size and expiry, shows the cache m
   assert.equal(cells[3], expires);
   const cache = page.locator('tr[data-cache-result]');
   assert.equal(await cache.getAttribute('data-cache-result'), 'miss');
-  assert.match(await cache.innerText(), /cache miss/);
+  assert.match((await cache.textContent()) ?? '', /cache miss/);
   await screenshot(page, 'job-artifacts');
 
   const [download] = await Promise.all([page.waitForEvent('download'), row.locator('a').click()]);
