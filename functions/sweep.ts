@@ -12,7 +12,7 @@ const MARGIN_MS = 10_000;
 
 /**
  * The EventBridge schedule (or any event): one scheduled sweep within the
- * Lambda's time (lib/app/sweep.ts); the daily event sweeps whatever the idle
+ * Lambda's time (lib/app/sweep.ts); the weekly backstop event sweeps whatever the idle
  * gate says.
  */
 async function main(event: unknown, context?: Partial<Context>) {

@@ -1,8 +1,7 @@
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
-import { handleQueuedDelivery } from '../lib/app/webhook.ts';
+import { type DeliveryMessage, handleQueuedDelivery } from '../lib/app/webhook.ts';
 import { getContext } from '../lib/context.ts';
-import type { DeliveryMessage } from '../lib/idle/intake.ts';
 
 /**
  * The webhook queue's consumer: each async invocation (from the webhook

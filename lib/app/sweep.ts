@@ -80,7 +80,7 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
   return summary;
 }
 
-/** The daily schedule's event: a sweep that does not ask the idle gate first. */
+/** The weekly backstop schedule's event (named daily when it was): a sweep that does not ask the idle gate first. */
 export const DAILY_EVENT = { conductor: 'daily' } as const;
 
 /**
@@ -94,7 +94,7 @@ export const WORK_PROBES: WorkProbe[] = [scheduleWork];
  * The scheduled sweep: runSweep, answering its counts and what became of the
  * idle gate. With the gate closed, the minute's sweep answers
  * `{"gate": "closed"}` without a connection, unless a close was left pending
- * or the wake time the close left has come; the daily one sweeps regardless
+ * or the wake time the close left has come; the weekly one sweeps regardless
  * (retention, and a backstop for a gate left closed over work). After the
  * sweep, the gate closes when the database holds no work that can proceed.
  */

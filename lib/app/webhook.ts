@@ -26,6 +26,9 @@ import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts
 import { deliverJobStatus } from './statuses.ts';
 import { triggerJob } from './trigger.ts';
 
+/** The webhook queue's message (functions/webhook-queue.ts is invoked with one). */
+export type { DeliveryMessage } from '../idle/intake.ts';
+
 export const MAX_WEBHOOK_BYTES = 5 * 1024 * 1024;
 
 /** A build's trust as the webhook can tell it. */

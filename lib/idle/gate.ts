@@ -198,7 +198,7 @@ export class IdleGate {
    * The sweep's end: with no work in the database, closes the gate in two
    * phases (module comment) and answers what became of it. `markerSeen` says
    * whether the caller just read the marker as present; a sweep that ran
-   * without it (the daily one, or one finishing a pending close) opens a gate
+   * without it (the weekly one, or one finishing a pending close) opens a gate
    * it finds work behind. Each step is bounded by `stepMs`; a sweep that dies
    * anywhere in here leaves either an open gate or the `closing` marker, and
    * the next minute's sweep finishes the close.
@@ -243,7 +243,7 @@ export class IdleGate {
 /**
  * Opens the context's gate, if it has one, after a commit that made work:
  * tried three times. Never throws: the work is committed either way. A gate
- * left closed over work delays it until the next opening or the daily sweep;
+ * left closed over work delays it until the next opening or the weekly sweep;
  * it loses nothing.
  */
 export async function openGate(gate: IdleGate | undefined): Promise<void> {
@@ -259,7 +259,7 @@ export async function openGate(gate: IdleGate | undefined): Promise<void> {
       }
       log(
         'error',
-        'could not open the idle gate; idle runners see the work after the daily sweep',
+        'could not open the idle gate; idle runners see the work after the weekly sweep',
         { err },
       );
       return;
