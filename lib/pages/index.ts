@@ -444,7 +444,13 @@ async function projectExtras(
   // A private project's signed badge URL only for those signed in.
   if (visibility === 'public' || who) {
     parts.push(
-      renderBadgeSection(ctx.keyring, id, siteOrigin(event, ctx), visibility === 'public'),
+      await renderBadgeSection(
+        ctx.pool,
+        ctx.keyring,
+        id,
+        siteOrigin(event, ctx),
+        visibility === 'public',
+      ),
     );
   }
   return html`${parts}`;

@@ -1,10 +1,10 @@
 // The project page's parts for issue #29: the Run form (a field per input
 // the pipeline declared, for people allowed to run), the project's
 // schedules, and the status badge with the Markdown to paste.
-import type { Queryable } from '../db/index.ts';
+import type { Pool, Queryable } from '../db/index.ts';
 import type { Keyring } from '../secrets.ts';
-import { badgePath, signBadge } from './badge.ts';
-import { type Html, html, timeEl } from './html.ts';
+import { badgePath, badgeState, renderBadge, signBadge } from './badge.ts';
+import { Html, html, timeEl } from './html.ts';
 
 /** An input as the latest compiled job of the project declared it (lib/pipeline/inputs.ts). */
 interface DeclaredInput {
@@ -92,18 +92,22 @@ export async function renderSchedules(
 }
 
 /**
- * The badge and the Markdown to paste: unsigned for a public project, the
- * signed URL for a private one (shown to signed-in viewers only).
+ * The badge (drawn inline, as `main`'s badge reads now) and the Markdown to
+ * paste: unsigned for a public project, the signed URL for a private one
+ * (shown to signed-in viewers only).
  */
-export function renderBadgeSection(
+export async function renderBadgeSection(
+  db: Pool,
   keyring: Keyring,
   projectId: string,
   origin: string,
   isPublic: boolean,
-): Html {
+): Promise<Html> {
   const sig = isPublic ? null : signBadge(keyring, projectId);
   const path = badgePath(projectId, 'main', sig);
   const url = `${origin.replace(/\/+$/, '')}${path}`;
   const markdown = `[![conductor](${url})](${origin.replace(/\/+$/, '')}/projects/${encodeURIComponent(projectId)})`;
-  return html`<h2>Badge</h2><p><img src="${path}" alt="conductor status"></p><p>Markdown for a README${isPublic ? '' : ' (the link is signed: anyone who has it sees the status)'}:</p><pre data-badge-markdown>${markdown}</pre>`;
+  // Inline, not an <img>: the page's markup makes no image element at all.
+  const svg = new Html(renderBadge(await badgeState(db, projectId, 'main')));
+  return html`<h2>Badge</h2><p data-badge>${svg}</p><p>Markdown for a README${isPublic ? '' : ' (the link is signed: anyone who has it sees the status)'}:</p><pre data-badge-markdown>${markdown}</pre>`;
 }

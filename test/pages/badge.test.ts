@@ -115,6 +115,8 @@ test("the project page shows the badge's Markdown: the signed URL to people sign
     markdown.replaceAll('&amp;', '&'),
     `[![conductor](${stack.url}/projects/closed/badge.svg?ref=main&sig=${sig})](${stack.url}/projects/closed)`,
   );
+  // The page draws main's badge as it reads now.
+  assert.match(page, /<p data-badge><svg [^>]*aria-label="conductor: passing"/);
   // Anyone may read a public project's page: its badge is unsigned.
   const open = await (await fetch(`${stack.url}/projects/open`)).text();
   assert.match(open, /\/projects\/open\/badge\.svg\?ref=main\)/);
