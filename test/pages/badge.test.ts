@@ -50,7 +50,7 @@ async function badge(path: string) {
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 
-const stateOf = (svg: string) => /data-state="([a-z]+)"/.exec(svg)?.[1];
+const stateOf = (svg: string) => /data-badge-state="([a-z]+)"/.exec(svg)?.[1];
 
 test('a public project: none, running, passing, failing, for the ref asked, with a minute of cache', async () => {
   const res = await badge('/projects/open/badge.svg?ref=main');
