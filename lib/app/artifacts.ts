@@ -130,28 +130,38 @@ export async function beginArtifact(
 }> {
   const limits = storageLimits(ctx);
   const store = storeOf(ctx);
-  const row = await transaction(ctx.pool, async (tx) => {
-    const task = await leasedTask(tx, taskId, body.lease_id, workerId);
-    const largest = body.kind === 'file' ? { path: body.path, size: body.size } : body.largest;
-    if (largest && largest.size > limits.fileMaxBytes) {
-      throw new PayloadTooLargeError(fileTooLarge(largest.path, largest.size, limits.fileMaxBytes));
-    }
-    if (body.kind === 'file' && body.size > limits.fileMaxBytes) {
-      throw new PayloadTooLargeError(fileTooLarge(body.path, body.size, limits.fileMaxBytes));
-    }
-    const totals = await artifactTotals(tx, task, body.path);
-    if (totals.task + body.size > limits.taskMaxBytes) {
-      throw new PayloadTooLargeError(taskTooLarge(totals.task + body.size, limits.taskMaxBytes));
-    }
-    if (totals.project + body.size > limits.projectMaxBytes) {
-      throw new PayloadTooLargeError(
-        projectTooLarge(totals.project + body.size, limits.projectMaxBytes),
-      );
-    }
-    const key = `artifacts/${task.project_id}/${task.job_id}/${randomUUID()}`;
-    const expireInS = task.storage.artifacts?.expireInS ?? DEFAULT_ARTIFACT_EXPIRY_S;
-    return insertArtifact(tx, task, body, key, expireInS);
-  });
+  const row = await transaction(
+    ctx.pool,
+    async (tx) => {
+      const task = await leasedTask(tx, taskId, body.lease_id, workerId);
+      const largest = body.kind === 'file' ? { path: body.path, size: body.size } : body.largest;
+      if (largest && largest.size > limits.fileMaxBytes) {
+        throw new PayloadTooLargeError(
+          fileTooLarge(largest.path, largest.size, limits.fileMaxBytes),
+        );
+      }
+      if (body.kind === 'file' && body.size > limits.fileMaxBytes) {
+        throw new PayloadTooLargeError(fileTooLarge(body.path, body.size, limits.fileMaxBytes));
+      }
+      const totals = await artifactTotals(tx, task, body.path);
+      if (totals.task + body.size > limits.taskMaxBytes) {
+        throw new PayloadTooLargeError(taskTooLarge(totals.task + body.size, limits.taskMaxBytes));
+      }
+      if (totals.project + body.size > limits.projectMaxBytes) {
+        throw new PayloadTooLargeError(
+          projectTooLarge(totals.project + body.size, limits.projectMaxBytes),
+        );
+      }
+      const key = `artifacts/${task.project_id}/${task.job_id}/${randomUUID()}`;
+      const expireInS = task.storage.artifacts?.expireInS ?? DEFAULT_ARTIFACT_EXPIRY_S;
+      return insertArtifact(tx, task, body, key, expireInS);
+    },
+    // Read committed: the sums are read after the project's row is locked,
+    // so they see what an upload that held the lock before committed; a
+    // repeatable-read snapshot, taken at the first statement, would not
+    // (test/e2e/artifacts-routes.test.ts forces both orders).
+    { isolation: 'read committed' },
+  );
   if (row.state === 'ready') throw new ConflictError(`artifact "${row.path}" is already uploaded`);
   let uploadId = row.upload_id;
   if (uploadId === null) {

@@ -107,7 +107,8 @@ export async function artifactTotals(
   exceptPath: string,
 ): Promise<{ task: number; project: number }> {
   // The project's row is locked so that two uploads cannot both pass the
-  // project's limit on the same snapshot.
+  // project's limit: the caller reads the sums below in read committed, so
+  // they include what the lock's previous holder committed.
   await tx.query('select 1 from projects where id = $1 for no key update', [task.project_id]);
   const { rows } = await tx.query<{ task: number; project: number }>(
     `select coalesce(sum(size) filter (where task_id = $2 and attempt = $3), 0)::float8 as task,

@@ -10,6 +10,7 @@ import { claimTask } from './calls.ts';
 
 const stack = await testStack(import.meta.filename, {
   CONDUCTOR_ARTIFACT_TASK_MAX_BYTES: '1000',
+  CONDUCTOR_ARTIFACT_PROJECT_MAX_BYTES: '1500',
 });
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
@@ -122,3 +123,73 @@ test('a repeated cache save answers the same entry; once committed, the key is n
   assert.equal(restore.body.size, 3);
   assert.equal(await (await fetch(new URL(restore.body.url, stack.url))).text(), 'abc');
 });
+
+/** Waits until `n` sessions of this database wait for a lock. */
+async function untilWaiting(n: number): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const { rows } = await stack.context.pool.query<{ n: number }>(
+      `select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`,
+    );
+    if (rows[0]!.n >= n) return;
+    assert.ok(Date.now() < deadline, `timed out waiting for ${n} lock waiter(s)`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+for (const order of ['a first', 'b first'] as const) {
+  test(`two tasks racing past the project's limit: exactly the one that takes the project's lock first uploads (${order})`, async () => {
+    const f = await Fixture.create(
+      stack,
+      order === 'a first' ? 'racea' : 'raceb',
+      `  a:
+    script: [make]
+    artifacts:
+      paths: [out]
+  b:
+    script: [make]
+    artifacts:
+      paths: [out]
+`,
+    );
+    await f.trigger();
+    const tasks = [await claimTask(stack, f.token), await claimTask(stack, f.token)];
+    const byName = Object.fromEntries(tasks.map((t) => [t.name, t]));
+    const begin = (name: string) =>
+      stack.call('POST', `/v1/runner/tasks/${byName[name].id}/artifacts`, {
+        token: f.token,
+        body: {
+          lease_id: byName[name].lease_id,
+          path: 'out',
+          kind: 'file',
+          size: 800,
+          sha256: sha256(name),
+        },
+      });
+    // The project's row held: both requests get as far as its lock, then
+    // the one that waited first takes it.
+    const client = await stack.context.pool.connect();
+    await client.query('begin');
+    await client.query('select 1 from projects where id = $1 for update', [f.project]);
+    const [firstName, secondName] = order === 'a first' ? ['a', 'b'] : ['b', 'a'];
+    let first: ReturnType<typeof begin>;
+    let second: ReturnType<typeof begin>;
+    try {
+      first = begin(firstName);
+      await untilWaiting(1);
+      second = begin(secondName);
+      await untilWaiting(2);
+    } finally {
+      await client.query('rollback');
+      client.release();
+    }
+    const [won, lost] = [await first!, await second!];
+    assert.equal(won.status, 200, won.text);
+    assert.equal(lost.status, 413, lost.text);
+    assert.match(
+      lost.body.error.message,
+      /the project's unexpired artifacts would reach 1600 bytes .*; at most 1500 bytes .* per project are allowed/,
+    );
+  });
+}
