@@ -152,6 +152,20 @@ create index tasks_group_running on tasks (concurrency_key)
 create index tasks_group_queued on tasks (concurrency_key, job_created_at, position)
   where state = 'queued' and concurrency_key is not null;
 
+-- A pipeline's own group (top-level concurrency:): the whole job holds a slot
+-- from its first claim (group_held) until it finishes.
+alter table jobs
+  add column concurrency_group text,
+  add column concurrency_key text,
+  add column concurrency_limit integer check (concurrency_limit >= 1),
+  add column concurrency_mode text
+    constraint jobs_concurrency_mode_check
+    check (concurrency_mode in ('queue', 'replace_pending', 'cancel_running')),
+  add column group_held boolean not null default false;
+
+create index jobs_group on jobs (concurrency_key, created_at)
+  where state = 'running' and concurrency_key is not null;
+
 -- conductor_claim as in 007, with the group's rule in the queue's search: a
 -- task of a group is claimable when it is the oldest queued task of its group
 -- (job creation, then position: job number order within a project) and fewer
@@ -247,6 +261,19 @@ begin
          and t.labels <@ p_labels
          and (select j.state = 'running'
                      and (v_worker.projects is null or j.project_id = any (v_worker.projects))
+                     -- A job's own group (pipeline-level concurrency:): held from
+                     -- its first claim until it finishes; a job not holding it
+                     -- yet starts only at the head of the group's jobs, with a
+                     -- free slot.
+                     and (j.concurrency_key is null or j.group_held
+                          or ((select count(*) from jobs h
+                                where h.concurrency_key = j.concurrency_key
+                                  and h.state = 'running' and h.group_held) < j.concurrency_limit
+                              and not exists (
+                                    select 1 from jobs o
+                                     where o.concurrency_key = j.concurrency_key
+                                       and o.state = 'running' and not o.group_held
+                                       and (o.created_at, o.id) < (j.created_at, j.id))))
                 from jobs j where j.id = t.job_id)
          and (t.concurrency_key is null
               or ((select count(*) from tasks h
@@ -288,6 +315,12 @@ begin
 
     insert into task_attempts (task_id, attempt, lease_id, worker_id, claim_key)
     values (v_task.id, v_task.attempt, v_task.lease_id, p_worker, p_key);
+
+    -- The first claim of a job in a group of its own takes the job's slot.
+    -- Of two first claims of one job, the second's update meets the first's
+    -- commit (40001), and its retry finds the slot held.
+    update jobs set group_held = true
+     where id = v_task.job_id and concurrency_key is not null and not group_held;
   end if;
 
   -- As in 004: the needs' outputs are final before a task is queued, and

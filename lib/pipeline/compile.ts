@@ -137,6 +137,8 @@ export interface CompiledPipeline {
   tasks: CompiledTask[];
   /** The inputs `inputs:` declares, in file order (the Run form's fields). */
   inputs?: CompiledInput[];
+  /** The whole job's concurrency group (top-level `concurrency:`); absent for none. */
+  concurrency?: CompiledConcurrency;
 }
 
 /** Compiling stopped short: these files, named under `include:`, are to be read and handed in. */
@@ -497,7 +499,8 @@ function build(
       });
     }
   }
-  return { name: file.name ?? null, tasks };
+  const concurrency = compileConcurrency(file.concurrency, trigger);
+  return { name: file.name ?? null, tasks, ...(concurrency ? { concurrency } : {}) };
 }
 
 // The part of a task's weight that differs between expansions: its name and matrix values.

@@ -411,6 +411,8 @@ export const PipelineFileSchema = z.strictObject({
   defaults: DefaultsSchema.optional(),
   // What a manual or scheduled run may be given (lib/pipeline/inputs.ts).
   inputs: InputsSchema.optional(),
+  // The whole job's concurrency group (lib/pipeline/concurrency.ts).
+  concurrency: ConcurrencySchema.optional(),
   // Its items are checked as the files are read (lib/pipeline/include.ts), where their files are.
   include: z.unknown().optional(),
   // Task names are checked with the graph, so a badly named task still has its body checked.

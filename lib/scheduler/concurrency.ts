@@ -3,7 +3,9 @@
 // itself is the claim statement's (conductor_claim, migrations/013): a task
 // of a group is claimable when it heads the group's queue and the group has
 // a free slot.
-import type { Queryable } from '../db/index.ts';
+import { type Pool, type Queryable, transaction } from '../db/index.ts';
+import type { CompiledConcurrency } from '../pipeline/index.ts';
+import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
 import { skipReachable } from './progress.ts';
 import type { TaskSpec } from './types.ts';
 
@@ -74,4 +76,57 @@ export async function joinGroupsTx(
     }
   }
   return [...new Set(rows.map((row) => row.job_id))];
+}
+
+/**
+ * Puts a job in the group of its pipeline's top-level `concurrency:`, in the
+ * caller's transaction (the job start). The job takes its slot with its first
+ * claim (conductor_claim sets group_held) and keeps it until it finishes.
+ */
+export async function joinJobGroupTx(
+  tx: Queryable,
+  job: { id: string; project_id: string },
+  concurrency: CompiledConcurrency,
+): Promise<void> {
+  await tx.query(
+    `update jobs
+        set concurrency_group = $3,
+            concurrency_key = case when $3 like 'org:%' then $3 else $2 || '/' || $3 end,
+            concurrency_limit = $4, concurrency_mode = $5
+      where id = $1`,
+    [job.id, job.project_id, concurrency.group, concurrency.limit, concurrency.mode],
+  );
+}
+
+/**
+ * A started job's group mode, on older running jobs of its group, in a
+ * transaction of its own after the start committed (as cancelling superseded
+ * jobs is, at READ COMMITTED): `replace_pending` cancels those not holding
+ * the group yet, `cancel_running` every one. Answers the jobs cancelled.
+ */
+export async function applyJobGroupMode(pool: Pool, jobId: string): Promise<string[]> {
+  return transaction(
+    pool,
+    async (tx) => {
+      const { rows } = await tx.query<{ id: string; number: number; grp: string; mode: string }>(
+        `select o.id, j.number, j.concurrency_group as grp, j.concurrency_mode as mode
+           from jobs j
+           join jobs o on o.concurrency_key = j.concurrency_key and o.state = 'running'
+                      and (o.created_at, o.id) < (j.created_at, j.id)
+          where j.id = $1 and j.concurrency_mode in ('replace_pending', 'cancel_running')
+            and (j.concurrency_mode = 'cancel_running' or not o.group_held)
+          order by o.created_at`,
+        [jobId],
+      );
+      const first = rows[0];
+      if (!first) return [];
+      const verb = first.mode === 'replace_pending' ? 'replaced' : 'cancelled';
+      return cancelJobsTx(
+        tx,
+        rows.map((r) => r.id),
+        `${verb} by job #${first.number} in group ${first.grp} (${first.mode})`,
+      );
+    },
+    LOCK_WAITING,
+  );
 }

@@ -7,9 +7,10 @@ import {
   transaction,
 } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import type { CompiledConcurrency } from '../pipeline/index.ts';
 import { type JobState, type JobTrigger, UNFINISHED_JOB_STATES } from '../states.ts';
 import { cancelJobsTx, LOCK_WAITING } from './cancel.ts';
-import { joinGroupsTx } from './concurrency.ts';
+import { applyJobGroupMode, joinGroupsTx, joinJobGroupTx } from './concurrency.ts';
 import { enqueueStatus, WAITING_FOR_APPROVAL } from './outbox.ts';
 import { followUpAfterCommit, noteBlockedTx, skipReachable } from './progress.ts';
 import type { JobErrorEntry, JobRow, TaskSpec } from './types.ts';
@@ -456,7 +457,12 @@ export interface StartResult {
 export async function startJob(
   pool: Pool,
   jobId: string,
-  pipeline: { name: string | null; tasks: TaskSpec[]; inputs?: unknown[] },
+  pipeline: {
+    name: string | null;
+    tasks: TaskSpec[];
+    inputs?: unknown[];
+    concurrency?: CompiledConcurrency;
+  },
   diff: {
     base: string | null;
     files: string[] | null;
@@ -472,6 +478,7 @@ export async function startJob(
     if (!job) throw new NotFoundError(`job ${jobId} does not exist`);
     if (job.state !== 'pending') return { started: false, state: job.state };
     const touched = await insertTasksTx(tx, job, pipeline.tasks);
+    if (pipeline.concurrency) await joinJobGroupTx(tx, job, pipeline.concurrency);
     await tx.query(
       `update jobs set state = 'running', started_at = now(), pipeline_name = $2,
                        error = null, errors = null
@@ -500,6 +507,10 @@ export async function startJob(
   if (!started.started) return { started: false, state: started.state, jobState: null };
   // Older jobs whose tasks this one's concurrency groups stopped: settle them.
   for (const other of started.touched ?? []) await followUpAfterCommit(pool, other);
+  // The job's own group's mode, on older jobs of the group (after the commit).
+  if (pipeline.concurrency && pipeline.concurrency.mode !== 'queue') {
+    await applyJobGroupMode(pool, jobId);
+  }
   const follow = await followUpAfterCommit(pool, jobId);
   const jobState = follow?.jobState ?? null;
   return { started: true, state: jobState ?? 'running', jobState };

@@ -96,10 +96,16 @@ export async function rerunJob(
             : undefined,
       }));
       await insertTasksTx(tx, job, specs);
-      // What the first job's changes: decision was made from, shown on the new one's page.
+      // What the first job's changes: decision was made from, shown on the
+      // new one's page, and the pipeline's own concurrency group, which the
+      // rerun joins as the first job did.
       await tx.query(
         `update jobs n set diff_base = o.diff_base, diff_files = o.diff_files,
-                           diff_count = o.diff_count, diff_note = o.diff_note
+                           diff_count = o.diff_count, diff_note = o.diff_note,
+                           concurrency_group = o.concurrency_group,
+                           concurrency_key = o.concurrency_key,
+                           concurrency_limit = o.concurrency_limit,
+                           concurrency_mode = o.concurrency_mode
            from jobs o where n.id = $1 and o.id = $2`,
         [job.id, old.id],
       );

@@ -370,6 +370,8 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     // does not run.
     `select t.id from tasks t
       where t.state = 'queued' and t.queued_at + make_interval(secs => t.queue_timeout_s) < now()
+        and not exists (select 1 from jobs j where j.id = t.job_id
+                          and j.concurrency_key is not null and not j.group_held)
         and (t.concurrency_key is null
              or ((select count(*) from tasks h
                    where h.concurrency_key = t.concurrency_key and h.state = 'running')

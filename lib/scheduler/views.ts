@@ -79,6 +79,26 @@ const GROUP_REASON = `case when t.state = 'queued' and t.concurrency_key is not 
                       and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
   end`;
 
+// A task of a job waiting for its pipeline's group (not holding it yet, and
+// not its turn or no slot free).
+const JOB_GROUP_REASON = `(select case when j.concurrency_key is not null and not j.group_held
+         and t.state = 'queued'
+         and ((select count(*) from jobs h where h.concurrency_key = j.concurrency_key
+                 and h.state = 'running' and h.group_held) >= j.concurrency_limit
+              or exists (select 1 from jobs o where o.concurrency_key = j.concurrency_key
+                           and o.state = 'running' and not o.group_held
+                           and (o.created_at, o.id) < (j.created_at, j.id)))
+    then format('waiting for group %s%s, position %s', j.concurrency_group,
+                coalesce(', held by ' || (select string_agg('job #' || h.number, ', ' order by h.created_at)
+                                            from jobs h
+                                           where h.concurrency_key = j.concurrency_key
+                                             and h.state = 'running' and h.group_held), ''),
+                1 + (select count(*) from jobs o
+                      where o.concurrency_key = j.concurrency_key and o.state = 'running'
+                        and not o.group_held and (o.created_at, o.id) < (j.created_at, j.id)))
+    end
+   from jobs j where j.id = t.job_id)`;
+
 const QUEUE_REASON = `case when t.state = 'queued' and not exists (
     select 1 from workers w
      where ${POOL} and t.labels <@ w.labels
@@ -130,7 +150,7 @@ export async function getJobView(
             t.unblocked_by, t.unblocked_at,
             coalesce((select jsonb_object_agg(o.name, o.value) from task_outputs o where o.task_id = t.id),
                      '{}'::jsonb) as outputs,
-            coalesce(${GROUP_REASON}, ${QUEUE_REASON}) as queue_reason
+            coalesce(${JOB_GROUP_REASON}, ${GROUP_REASON}, ${QUEUE_REASON}) as queue_reason
        from tasks t where t.job_id = $1 order by t.position`,
     [jobId],
   );

@@ -8,7 +8,14 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { CompiledConcurrency } from '../../lib/pipeline/index.ts';
-import { claimTask, completeTask, getJobView, sweep } from '../../lib/scheduler/index.ts';
+import {
+  claimTask,
+  completeTask,
+  createJob,
+  getJobView,
+  startJob,
+  sweep,
+} from '../../lib/scheduler/index.ts';
 import type { TaskSpec } from '../../lib/scheduler/types.ts';
 import { testDatabase } from '../helpers/db.ts';
 import { makeProject, makeWorker, startedJob } from '../helpers/fixtures.ts';
@@ -262,4 +269,77 @@ test("a lost holder's slot is freed: its lease is taken over, and the group goes
     outcome: 'success',
   });
   assert.equal((await claimTask(pool, worker, [lane]))?.job_id, second!.id);
+});
+
+test("a pipeline's own group holds the whole job: the next job's tasks wait until it finishes", async () => {
+  // Not superseded: the two jobs of one ref are the group's to order.
+  const project = await makeProject(pool, { cancelSuperseded: false });
+  const worker = await makeWorker(pool);
+  const lane = newLane();
+  const jobOf = async () => {
+    const { job } = await createJob(pool, {
+      projectId: project,
+      ref: 'refs/heads/main',
+      sha: 'a'.repeat(40),
+      trigger: 'push',
+      trusted: true,
+    });
+    await startJob(pool, job.id, {
+      name: null,
+      tasks: [laneSpec(lane, 'a', { position: 0 }), laneSpec(lane, 'b', { position: 1 })],
+      concurrency: group('release-main'),
+    });
+    return job;
+  };
+  const first = await jobOf();
+  const second = await jobOf();
+  const a = await claimTask(pool, worker, [lane]);
+  assert.equal(a?.job_id, first.id);
+  // The first job holds the group: its second task is claimed, the other job's are not.
+  const b = await claimTask(pool, worker, [lane]);
+  assert.equal(b?.job_id, first.id);
+  assert.equal(await claimTask(pool, worker, [lane]), null);
+  const waiting = await getJobView(pool, second.id);
+  assert.match(
+    waiting.tasks[0]?.queue_reason ?? '',
+    /^waiting for group release-main, held by job #\d+, position 1$/,
+  );
+  for (const task of [a!, b!]) {
+    await completeTask(pool, {
+      workerId: worker,
+      taskId: task.id,
+      leaseId: task.lease_id!,
+      outcome: 'success',
+    });
+  }
+  assert.equal((await getJobView(pool, first.id)).job.state, 'success');
+  assert.equal((await claimTask(pool, worker, [lane]))?.job_id, second.id);
+});
+
+test("a pipeline's group with cancel_running cancels the older running job of the group", async () => {
+  const project = await makeProject(pool, { cancelSuperseded: false });
+  const worker = await makeWorker(pool);
+  const lane = newLane();
+  const jobOf = async () => {
+    const { job } = await createJob(pool, {
+      projectId: project,
+      ref: 'refs/heads/x',
+      sha: 'b'.repeat(40),
+      trigger: 'push',
+      trusted: true,
+    });
+    await startJob(pool, job.id, {
+      name: null,
+      tasks: [laneSpec(lane, 'a')],
+      concurrency: group('deploy', { mode: 'cancel_running' }),
+    });
+    return job;
+  };
+  const first = await jobOf();
+  assert.equal((await claimTask(pool, worker, [lane]))?.job_id, first.id);
+  const second = await jobOf();
+  const old = await getJobView(pool, first.id);
+  assert.equal(old.job.state, 'cancelled');
+  assert.match(old.job.error ?? '', /^cancelled by job #\d+ in group deploy \(cancel_running\)$/);
+  assert.equal((await claimTask(pool, worker, [lane]))?.job_id, second.id);
 });
