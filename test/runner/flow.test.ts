@@ -105,6 +105,8 @@ test('a fan-out/fan-in job with a matrix runs to success on two runners, outputs
       ...['JOB_ID', 'TASK_ID', 'TASK_NAME', 'SHA', 'REF', 'ATTEMPT', 'WORKSPACE', 'OUTPUT'].map(
         (n) => `CONDUCTOR_${n}`,
       ),
+      // Where the needed tasks' artifacts are (docs/artifacts.md).
+      'CONDUCTOR_ARTIFACTS',
       ...['VERSION', 'NOTES'].map((n) => `CONDUCTOR_NEEDS_BUILD_${n}`),
     ].sort(),
   );
