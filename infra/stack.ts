@@ -349,6 +349,14 @@ export class ConductorStack extends Stack {
         resources: [directory],
       }),
     );
+    // A repository the directory does not know then reads as missing (404),
+    // not as refused (403).
+    functions.webhook.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['s3:ListBucket'],
+        resources: [this.gateBucket.bucketArn],
+      }),
+    );
     functions.webhook.addToRolePolicy(
       new iam.PolicyStatement({ actions: ['s3:PutObject'], resources: [deliveries] }),
     );

@@ -10,13 +10,15 @@ import type { Context } from 'aws-lambda';
 import { handler as apiHandler } from '../../functions/api.ts';
 import { handler as claimHandler } from '../../functions/claim.ts';
 import { handler as webhookHandler } from '../../functions/webhook.ts';
+import { refreshDirectoryEntry } from '../../lib/app/directory.ts';
 import { scheduledSweep } from '../../lib/app/sweep.ts';
 import { createWorker, revokeWorker } from '../../lib/app/workers.ts';
 import { loadConfig } from '../../lib/config.ts';
 import { type AppContext, clearContext, setContext } from '../../lib/context.ts';
 import type { Pool } from '../../lib/db/index.ts';
+import { hashToken } from '../../lib/http/auth.ts';
 import { IdleGate, MemoryGateStore, OPEN_KEY } from '../../lib/idle/gate.ts';
-import { MemoryIntake } from '../../lib/idle/intake.ts';
+import { gateDirectory, MemoryIntake } from '../../lib/idle/intake.ts';
 import { WORKERS_SYNCED_KEY } from '../../lib/idle/workers.ts';
 import { encrypt, generateKey, parseKeyring } from '../../lib/secrets.ts';
 import { githubPush } from '../forge/fixtures/github.ts';
@@ -100,6 +102,8 @@ describe('with the gate closed and a pool that answers nothing', () => {
   };
   let known = '';
   let revoked = '';
+  // Registered before the bucket kept tokens: the sweep copies it once.
+  const legacy = `cw_${randomBytes(24).toString('base64url')}`;
 
   before(async () => {
     await db.pool.query(
@@ -110,8 +114,12 @@ describe('with the gate closed and a pool that answers nothing', () => {
     const gone = await createWorker(db.pool, { ...base, name: 'gone' }, gate);
     revoked = gone.token;
     await revokeWorker(db.pool, gone.worker.id, gate);
+    await db.pool.query(
+      `insert into workers (name, token_hash, labels) values ('legacy', $1, '{linux}')`,
+      [hashToken(legacy)],
+    );
     setContext(ctx);
-    // The sweep copies the workers once (none left to copy) and closes the gate.
+    // The sweep copies the workers once (the legacy one) and closes the gate.
     const swept = (await scheduledSweep(ctx, { daily: false })) as { gate?: string };
     assert.equal(swept.gate, 'closed');
     assert.equal(store.marker, false);
@@ -154,6 +162,12 @@ describe('with the gate closed and a pool that answers nothing', () => {
     const bad = await claim(known, { labels: ['gpu'] });
     assert.equal(bad.statusCode, 400);
     assert.match(bad.body ?? '', /labels\.0/);
+    assert.deepEqual(calls, []);
+  });
+
+  test('a worker registered before the bucket kept tokens was copied by the sweep: 204 without a connection', async () => {
+    calls.length = 0;
+    assert.equal((await claim(legacy, { labels: ['linux'] })).statusCode, 204);
     assert.deepEqual(calls, []);
   });
 
@@ -200,5 +214,55 @@ describe('with the gate closed and a pool that answers nothing', () => {
     } finally {
       store.objects.delete(OPEN_KEY);
     }
+  });
+});
+
+describe('the bucket follows the database', () => {
+  const keyring = parseKeyring(generateKey());
+  const base = { labels: [], untrusted: false, projects: '*' as const, ephemeral: false };
+
+  test('a registration the bucket refuses is revoked again and answered 503; its token never works', async () => {
+    const store = new MemoryGateStore();
+    store.write = async () => {
+      throw new Error('S3 is down');
+    };
+    const gate = new IdleGate(store, { cacheMs: 0 });
+    await assert.rejects(
+      createWorker(db.pool, { ...base, name: 'unlucky' }, gate),
+      (err: Error) => {
+        assert.equal((err as { status?: number }).status, 503);
+        assert.match(err.message, /register it again/);
+        return true;
+      },
+    );
+    const { rows } = await db.pool.query<{ revoked: boolean }>(
+      `select revoked from workers where name = 'unlucky'`,
+    );
+    assert.deepEqual(rows, [{ revoked: true }]);
+  });
+
+  test("a project's new webhook secret is written to the directory before it is answered", async () => {
+    const store = new MemoryGateStore();
+    const gate = new IdleGate(store, { cacheMs: 0 });
+    const id = `dir-${randomBytes(3).toString('hex')}`;
+    await db.pool.query(
+      `insert into projects (id, name, forge, repo, repo_url, webhook_secret_enc)
+       values ($1, $1, 'github', $2, 'https://forge.test/x', $3)`,
+      [id, `acme/${id}`, encrypt(keyring, 'new-secret', `project/${id}/webhook-secret`)],
+    );
+    const ctx = {
+      config: loadConfig({ DATABASE_URL: db.url }),
+      pool: db.pool,
+      keyring,
+      adminToken: 'a'.repeat(32),
+      gate,
+    } satisfies AppContext;
+    await refreshDirectoryEntry(ctx, id);
+    const entry = await gateDirectory(gate).get('github', `acme/${id}`);
+    assert.equal(entry?.projectId, id);
+    store.write = async () => {
+      throw new Error('S3 is down');
+    };
+    await assert.rejects(refreshDirectoryEntry(ctx, id), /replace it again/);
   });
 });

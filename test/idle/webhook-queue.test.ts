@@ -155,3 +155,13 @@ test('the consumer drops a queued delivery the contract refuses (bad signature) 
   assert.equal(failed, 0, 'not retried: it would be refused again');
   assert.equal(await countRows(stack, 'jobs'), jobs);
 });
+
+test('a queued delivery the consumer cannot handle yet (no database) fails its invocation, so Lambda tries it again', async () => {
+  const body = Buffer.from(JSON.stringify(githubPush(REPO, sha('later'))));
+  const message: DeliveryMessage = {
+    forge: 'github',
+    headers: { 'x-github-event': 'push', 'x-github-delivery': 'later-1' },
+    body: body.toString('base64'),
+  };
+  await whileDatabaseAway(() => assert.rejects(consume(message), /tries it again/));
+});

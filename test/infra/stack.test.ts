@@ -561,7 +561,7 @@ describe('idle', () => {
       .filter(({ statement }) => asList(statement.Action).includes('s3:ListBucket'))
       .filter(({ statement }) => JSON.stringify(statement.Resource).includes(bucket))
       .flatMap(({ roles }) => roles.map((r) => roleIds(byDefault).get(r)));
-    assert.deepEqual(listers.sort(), ['api', 'claim', 'sweep']);
+    assert.deepEqual(listers.sort(), ['api', 'claim', 'sweep', 'webhook']);
     assert.equal(envOf(byDefault, 'claim').CONDUCTOR_GATE_BUCKET !== undefined, true);
   });
 
