@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
+import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { githubPush } from '../forge/fixtures/github.ts';
 import { type Json, sendWebhook, startE2E, waitForJob } from './calls.ts';
 import { sha } from './payloads.ts';
@@ -178,4 +179,32 @@ test('a comparison the forge refuses (404) makes the diff unknown and every task
   const view = await waitForJob(stack, hook.body.job_id);
   assert.deepEqual(states(view), { web: 'queued', docs: 'queued' });
   assert.match(view.job.diff_note, /answered HTTP 404 asking for the compare API of acme\/wide/);
+});
+
+test("Gitea: a push whose payload lists fewer commits than total_commits is compared by Gitea's compare API, page after page", async () => {
+  const gitea = await e2e.addProject({
+    forge: 'gitea',
+    id: 'wide-gitea',
+    repo: 'harbor/wide',
+    cancel_superseded: false,
+    forge_url: compareUrl,
+    forge_token: 'gt_t',
+  });
+  const before = sha('gitea-before');
+  const afterSha = sha('gitea-after');
+  e2e.fake.setFile('harbor/wide', afterSha, PIPELINE);
+  comparisons.set(`${before}...${afterSha}`, [
+    ...Array.from({ length: 120 }, (_, i) => `docs/g${i}.md`),
+    'src/gitea.ts',
+  ]);
+  // One commit listed of 40: the list is not the whole push.
+  const payload = { ...giteaPush('harbor/wide', afterSha, { before }), total_commits: 40 };
+  const hook = await sendWebhook(stack, 'gitea', 'push', payload, { secret: gitea.secret });
+  assert.equal(hook.status, 202, hook.text);
+  const view = await waitForJob(stack, hook.body.job_id);
+  assert.deepEqual(states(view), { web: 'queued', docs: 'queued' }, JSON.stringify(view.job));
+  assert.equal(view.job.diff_count, 121);
+  assert.ok(
+    asked.some((q) => q.startsWith('/api/v1/repos/harbor/wide/compare/') && q.includes('page=2')),
+  );
 });
