@@ -18,10 +18,11 @@ const credentials = {
 
 for (const [method, body] of [
   ['HEAD', undefined],
+  ['GET', undefined],
   ['PUT', '2026-03-04T05:06:07.890Z'],
   ['DELETE', undefined],
 ] as const) {
-  test(`a ${method} of the marker carries the SDK signer's Authorization`, async () => {
+  test(`a ${method} of the gate's bucket carries the SDK signer's Authorization`, async () => {
     const date = new Date('2026-03-04T05:06:07.890Z');
     const host = 'conductor-gate.s3.eu-west-1.amazonaws.com';
     const ours = signedHeaders({
