@@ -80,7 +80,10 @@ async function planDiff(
     case 'tag':
       return { unknown: 'a tag has no diff to compare' };
     case 'rerun':
-      return { unknown: 'a rerun keeps the decision of the job it reruns' };
+      // A rerun of a compiled job copies its tasks and their decision
+      // (lib/scheduler/rerun.ts); only one whose first job never compiled
+      // compiles, and then there is no push of its own to compare.
+      return { unknown: 'a rerun of a job that never compiled has no diff of its own' };
     default:
       return { unknown: `a ${job.trigger} run has no diff to compare` };
   }
