@@ -108,6 +108,8 @@ function triggerText(job: JobView, rerunOf: number | null): string {
       return 'started by hand (admin)';
     case 'rerun':
       return rerunOf ? `rerun of job #${rerunOf}` : 'rerun';
+    case 'schedule':
+      return `schedule ${job.schedule_name ?? ''} on ${ref}`;
     default:
       return job.trigger;
   }

@@ -233,6 +233,18 @@ test('a due schedule fires one job for the branch head, with its inputs, and the
   assert.equal(rows[0]!.env.CONDUCTOR_INPUT_ENV, 'prod');
   assert.deepEqual(rows[0]!.script, ['echo prod']);
 
+  // The job page says what started it.
+  const login = await fetch(`${stack.url}/login`, {
+    method: 'POST',
+    body: new URLSearchParams({ token: stack.adminToken, next: '/' }),
+    redirect: 'manual',
+  });
+  const cookie = login.headers.getSetCookie()[0]!.split(';')[0]!;
+  const jobPage = await (
+    await fetch(`${stack.url}/jobs/${job!.id}`, { headers: { cookie } })
+  ).text();
+  assert.match(jobPage, /<dt>Trigger<\/dt><dd>schedule nightly on main<\/dd>/);
+
   const s = await stored(id, 'nightly');
   assert.equal(s.last_job_id, job!.id);
   assert.equal(s.last_error, null);
