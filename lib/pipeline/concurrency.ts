@@ -49,7 +49,9 @@ export function compileConcurrency(
   if (!spec) return null;
   const ref = shortRef(typeof trigger.ref === 'string' ? trigger.ref : '');
   const group = spec.group
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the placeholder as the pipeline writes it
     .replaceAll('${CONDUCTOR_REF}', ref)
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the placeholder as the pipeline writes it
     .replaceAll('${ref}', ref)
     .toLowerCase();
   return { group, limit: spec.limit ?? 1, mode: spec.mode ?? 'queue' };
