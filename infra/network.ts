@@ -15,6 +15,10 @@ export interface ExistingVpc {
   isolatedSubnetIds?: string[];
 }
 
+/** The Amazon Linux 2023 arm64 AMI's public SSM parameter, resolved when the NAT instance launches. */
+export const NAT_AMI_PARAMETER =
+  '/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-arm64';
+
 export interface NetworkProps {
   existingVpc?: ExistingVpc;
   /** A created VPC's way out to the forges: a NAT gateway or a t4g.nano NAT instance. */
@@ -66,9 +70,14 @@ function createVpc(scope: Construct, nat: 'gateway' | 'instance'): ec2.Vpc {
   if (nat === 'instance') {
     natInstances = ec2.NatProvider.instanceV2({
       instanceType: new ec2.InstanceType('t4g.nano'),
-      // An SSM parameter resolved at deploy time, not a lookup at synthesis.
-      machineImage: ec2.MachineImage.latestAmazonLinux2023({
-        cpuType: ec2.AmazonLinuxCpuType.ARM_64,
+      // Pinned at launch: the template names the SSM parameter itself
+      // (`resolve:ssm:…`, which EC2 resolves when it launches the instance),
+      // not the AMI it resolved to at deploy time. So the template does not
+      // change when Amazon releases an AMI, and no later deploy replaces the
+      // instance (an egress gap and a new address); a new AMI comes only
+      // with a new instance. No lookup at synthesis either.
+      machineImage: ec2.MachineImage.resolveSsmParameterAtLaunch(NAT_AMI_PARAMETER, {
+        os: ec2.OperatingSystemType.LINUX,
       }),
       // Standard credits: a busy NAT instance slows down instead of billing more.
       creditSpecification: ec2.CpuCredits.STANDARD,
