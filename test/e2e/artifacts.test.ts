@@ -325,3 +325,40 @@ test("ctl lists a job's artifacts, downloads one as itself, lists caches and del
   const after = await stack.call('GET', `/v1/projects/${f.project}/caches`, admin);
   assert.deepEqual(after.body.caches, []);
 });
+
+test('a failed-only rerun keeps build with its artifact: the rerun deploy receives it and the new job lists it', async () => {
+  const marker = join(await tempDir('conductor-rerun-marker-'), 'failed-once');
+  const f = await Fixture.create(
+    stack,
+    'rerun',
+    `  build:
+    script:
+      - echo "from the first job" > out.txt
+    artifacts:
+      paths: [out.txt]
+  deploy:
+    needs: [build]
+    retries: 0
+    script:
+      - if [ ! -f ${marker} ]; then touch ${marker}; exit 1; fi
+      - cat "$CONDUCTOR_ARTIFACTS/build/out.txt"
+`,
+  );
+  await f.runner();
+  const first = await f.trigger();
+  assert.equal((await f.finished(first)).job.state, 'failed');
+  const rerun = await stack.call('POST', `/v1/jobs/${first}/rerun`, {
+    ...admin,
+    body: { failed_only: true },
+  });
+  assert.equal(rerun.status, 202, rerun.text);
+  const second = rerun.body.job_id as string;
+  const view = await f.finished(second);
+  assert.equal(view.job.state, 'success', JSON.stringify(view.tasks));
+  assert.match(await logOf(f, second, 'deploy'), /^from the first job$/m);
+  const listed = await stack.call('GET', `/v1/jobs/${second}/artifacts`, admin);
+  assert.deepEqual(
+    listed.body.artifacts.map((a: { task_name: string; path: string }) => [a.task_name, a.path]),
+    [['build', 'out.txt']],
+  );
+});
