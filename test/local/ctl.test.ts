@@ -59,7 +59,11 @@ test('the CLI creates a project, a worker and a secret, sends a signed push and 
   assert.equal(project.code, 0, project.out);
   const secret = /webhook secret \(shown once\): (\S+)/.exec(project.out)?.[1];
   assert.ok(secret, 'the webhook secret is printed');
-  assert.match(secret, /^[0-9a-f]{48}$/, 'hex: a secret never starts with a dash that a shell or the CLI reads as an option');
+  assert.match(
+    secret,
+    /^[0-9a-f]{48}$/,
+    'hex: a secret never starts with a dash that a shell or the CLI reads as an option',
+  );
 
   const worker = await ctl('worker', 'create', '--name', 'laptop', '--labels', 'linux,docker');
   assert.equal(worker.code, 0, worker.out);
