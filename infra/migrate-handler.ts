@@ -11,18 +11,19 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import { contextFromEnv } from '../lib/context.ts';
 import {
-  loadMigrations,
-  type Migration,
+  loadMigrationSet,
+  type MigrationSet,
   migrate,
   type Pool,
   transaction,
 } from '../lib/db/index.ts';
 import { log } from '../lib/log.ts';
 
-// scripts/bundle.ts replaces this with the migrations read at build time, so
-// the deployed function needs no loose .sql files; unbundled (tests), it is
-// undefined and the files are read from migrations/.
-declare const __CONDUCTOR_MIGRATIONS__: Migration[] | undefined;
+// scripts/bundle.ts replaces this with the migrations read at build time (the
+// numbered ones and the function files), so the deployed function needs no
+// loose .sql files; unbundled (tests), it is undefined and the files are read
+// from migrations/.
+declare const __CONDUCTOR_MIGRATIONS__: MigrationSet | undefined;
 
 const PHYSICAL_ID = 'conductor-migrations';
 // Time kept back to answer CloudFormation before Lambda stops the function:
@@ -30,7 +31,10 @@ const PHYSICAL_ID = 'conductor-migrations';
 const ANSWER_MARGIN_MS = 15_000;
 
 export interface MigrateOutcome {
+  /** Numbered migrations applied, as NNN_name. */
   applied: string[];
+  /** Function files applied (new or changed), by name. */
+  functions: string[];
   current: number;
 }
 
@@ -76,14 +80,18 @@ export async function runMigrations(
 }
 
 /** The migrations this function applies: inlined by the bundler, else read from migrations/. */
-export function carriedMigrations(): Migration[] {
+export function carriedMigrations(): MigrationSet {
   return typeof __CONDUCTOR_MIGRATIONS__ === 'undefined'
-    ? loadMigrations()
+    ? loadMigrationSet()
     : __CONDUCTOR_MIGRATIONS__;
 }
 
-/** The digest scripts/bundle.ts writes beside the bundle, and the stack passes as MigrationsHash. */
-export function migrationsHash(migrations: Migration[]): string {
+/**
+ * The digest scripts/bundle.ts writes beside the bundle, and the stack passes
+ * as MigrationsHash: a changed function file changes it too, so the deploy
+ * runs this function.
+ */
+export function migrationsHash(migrations: MigrationSet): string {
   return createHash('sha256').update(JSON.stringify(migrations)).digest('hex');
 }
 
@@ -98,6 +106,7 @@ async function migrateOnce(env: NodeJS.ProcessEnv): Promise<MigrateOutcome> {
     if (env.CONDUCTOR_DB_APP_ROLE) await grantAppRole(ctx.pool, env.CONDUCTOR_DB_APP_ROLE);
     return {
       applied: result.applied.map((m) => `${String(m.id).padStart(3, '0')}_${m.name}`),
+      functions: result.functions,
       current: result.current,
     };
   } finally {
@@ -230,8 +239,14 @@ export async function handler(
   try {
     const outcome = await within(ms, runMigrations(process.env, { retryUntil }));
     const applied = outcome.applied.length ? outcome.applied.join(', ') : 'none';
-    log('info', 'migrations applied', { applied: outcome.applied, current: outcome.current });
-    body = cfnResponse(event, 'SUCCESS', `applied: ${applied}; current: ${outcome.current}`, {
+    const functions = outcome.functions.length ? outcome.functions.join(', ') : 'none';
+    log('info', 'migrations applied', {
+      applied: outcome.applied,
+      functions: outcome.functions,
+      current: outcome.current,
+    });
+    const reason = `applied: ${applied}; functions: ${functions}; current: ${outcome.current}`;
+    body = cfnResponse(event, 'SUCCESS', reason, {
       Current: String(outcome.current),
       Applied: String(outcome.applied.length),
     });

@@ -1,7 +1,8 @@
 // Builds one minified ESM bundle per deployed function, with its source map,
 // into dist/functions/<name>/index.mjs: the directories infra/ hands to
 // lambda.Code.fromAsset, so `npm run synth` needs esbuild and nothing else (no
-// Docker). The migrate function's bundle carries the migrations' SQL inline.
+// Docker). The migrate function's bundle carries the migrations' SQL inline
+// (the numbered migrations and migrations/functions).
 //   npm run bundle                      every function, into dist/functions
 //   npm run bundle -- --outdir /tmp/x   somewhere else
 import { createHash } from 'node:crypto';
@@ -9,7 +10,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build, type Metafile, type Plugin } from 'esbuild';
-import { loadMigrations } from '../lib/db/migrate.ts';
+import { loadMigrationSet } from '../lib/db/migrate.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -106,7 +107,7 @@ export async function bundleFunctions(
   const names = options.only ?? FUNCTION_NAMES;
   // Read (and check) the migrations at build time, so the deployed migrate
   // function needs no loose .sql files and its code hash changes with them.
-  const migrations = JSON.stringify(loadMigrations());
+  const migrations = JSON.stringify(loadMigrationSet());
   return Promise.all(
     names.map(async (name) => {
       const dir = join(outdir, name);

@@ -1,4 +1,5 @@
-// Applies the migrations to DATABASE_URL, or, when it is unset, to the embedded
+// Applies the migrations (numbered, then the changed files of
+// migrations/functions) to DATABASE_URL, or, when it is unset, to the embedded
 // server kept under CONDUCTOR_DATA_DIR (started for the purpose, then stopped).
 import { join, resolve } from 'node:path';
 import { loadConfig } from '../lib/config.ts';
@@ -30,8 +31,8 @@ const pool = createPool({ url, max: 1 });
 try {
   const result = await migrate(pool, undefined, (line) => console.log(line));
   console.log(
-    result.applied.length
-      ? `database is at migration ${result.current}`
+    result.applied.length || result.functions.length
+      ? `database is at migration ${result.current}, functions as in migrations/functions`
       : `database is up to date (migration ${result.current})`,
   );
 } catch (err) {

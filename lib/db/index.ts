@@ -1,4 +1,15 @@
-export { loadMigrations, type Migration, MigrationError, migrate } from './migrate.ts';
+export {
+  type FunctionFile,
+  functionChecksum,
+  loadFunctionFiles,
+  loadMigrationSet,
+  loadMigrations,
+  type MigrateResult,
+  type Migration,
+  MigrationError,
+  type MigrationSet,
+  migrate,
+} from './migrate.ts';
 export {
   CALL_BOUNDS,
   createPool,

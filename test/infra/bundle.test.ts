@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { STATUS_POSTERS } from '../../infra/stack.ts';
-import { loadMigrations } from '../../lib/db/index.ts';
+import { loadMigrationSet } from '../../lib/db/index.ts';
 import {
   type BundledFunction,
   bundleFunctions,
@@ -80,7 +80,7 @@ test('the migrate bundle carries the migrations and needs no loose .sql file', a
     carriedMigrations: () => unknown;
     migrationsHash: (m: unknown) => string;
   };
-  assert.deepEqual(mod.carriedMigrations(), loadMigrations());
+  assert.deepEqual(mod.carriedMigrations(), loadMigrationSet());
   const written = readFileSync(join(dir, MIGRATIONS_HASH_FILE), 'utf8').trim();
   assert.equal(mod.migrationsHash(mod.carriedMigrations()), written);
 });

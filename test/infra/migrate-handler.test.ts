@@ -12,7 +12,7 @@ import {
   migrationsHash,
   runMigrations,
 } from '../../infra/migrate-handler.ts';
-import { loadMigrations } from '../../lib/db/index.ts';
+import { loadFunctionFiles, loadMigrationSet, loadMigrations } from '../../lib/db/index.ts';
 import { setQuiet } from '../../lib/log.ts';
 import { generateKey } from '../../lib/secrets.ts';
 import { freePort, startEmbeddedPostgres } from '../../local/postgres.ts';
@@ -102,7 +102,7 @@ function event(
     ResourceType: 'Custom::ConductorMigrations',
     ResourceProperties: {
       ServiceToken: 'arn:aws:lambda:eu-west-1:123456789012:function:migrate',
-      MigrationsHash: migrationsHash(known),
+      MigrationsHash: migrationsHash(loadMigrationSet()),
       ...props,
     },
     ...(type === 'Create'
@@ -147,6 +147,13 @@ test('a Create applies every migration and answers CloudFormation', async () => 
     await appliedIds(),
     known.map((m) => m.id),
   );
+  const functions = await db.pool.query<{ name: string }>(
+    'select name from conductor_functions order by name',
+  );
+  assert.deepEqual(
+    functions.rows.map((r) => r.name),
+    loadFunctionFiles().map((f) => f.name),
+  );
 });
 
 test('an Update with nothing new applies nothing and succeeds', async () => {
@@ -182,7 +189,7 @@ test('a Delete leaves the database alone', async () => {
 
 test('invoked by hand, it migrates and returns what it did', async () => {
   const outcome = await handler({});
-  assert.deepEqual(outcome, { applied: [], current: known.length });
+  assert.deepEqual(outcome, { applied: [], functions: [], current: known.length });
 });
 
 test('a database that is not reachable yet is retried until the deadline', async () => {

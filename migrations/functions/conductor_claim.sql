@@ -1,0 +1,209 @@
+-- The claim (lib/scheduler/claim.ts and lib/app/claim.ts, one statement at
+-- REPEATABLE READ). Its one home: change it here; lib/db/migrate.ts applies
+-- this file after the numbered migrations whenever it changes
+-- (docs/database.md, "Functions").
+--
+-- Claims for a worker the oldest job's queued task whose labels are all among
+-- p_labels, under a new attempt and the caller's lease id; answers the task as
+-- it now runs and what the runner needs from its job and project.
+-- * The worker's registration decides the pool (trusted or not) and the
+--   projects it may claim from; an id that names no worker claims nothing.
+-- * The same claim again (same worker and Idempotency-Key p_key, its reply
+--   lost) is answered the attempt it started while its lease lives.
+-- * An ephemeral worker has one claim.
+-- * An expired lease is taken over first, in the order leases ran out, so a
+--   long queue cannot starve a lost runner's task.
+-- * A task of a concurrency group is claimable only at the head of its
+--   group's queue with a free slot; a job of a group of its own starts only
+--   at the head of the group's jobs, with a free slot.
+-- SKIP LOCKED passes over tasks other claimers hold right now; a task another
+-- claimer took and committed after this statement's snapshot raises 40001 when
+-- the walk reaches it, and the caller claims again with a fresh snapshot.
+-- Nothing claimable: no row, and (for a worker that is not ephemeral) nothing
+-- written.
+--
+-- Not covered: a claim statement that reaches the server only after its
+-- client gave up on it and its give-back found nothing (a frozen connection
+-- whose bytes arrive after the thaw) commits a lease nobody holds; a repeat
+-- with its key still gets it, else it expires and is taken over.
+--
+-- History: migrations 002 (first), 003 (pools), 004 (takeover), 007 (scope,
+-- ephemeral workers, keyed claims), 013 (concurrency groups). Changing the
+-- arguments or the result type needs a numbered migration that drops the old
+-- function first (`create or replace` cannot change them).
+
+create or replace function conductor_claim(
+  p_worker uuid, p_labels text[], p_lease_s integer, p_lease_id uuid, p_key text
+)
+returns setof conductor_claimed
+language plpgsql volatile
+set enable_sort = off
+set enable_bitmapscan = off
+set lock_timeout = '5s'
+as $$
+declare
+  v_worker workers;
+  v_trusted boolean;
+  v_id uuid;
+  v_takeover boolean := false;
+  v_task tasks;
+  v_outputs jsonb;
+begin
+  select * into v_worker from workers w where w.id = p_worker;
+  if not found then
+    return;
+  end if;
+  v_trusted := not v_worker.untrusted;
+
+  -- The same claim again (its reply was lost): the attempt it started, while
+  -- its lease lives, answered as it was, and marked answered again so that
+  -- no give-back of the first answer takes it from the runner now holding it.
+  -- A give-back that locked the attempt first makes this update raise 40001,
+  -- and the retry finds the task queued and claims anew.
+  if p_key is not null then
+    select t.* into v_task
+      from task_attempts a
+      join tasks t on t.id = a.task_id and t.lease_id = a.lease_id
+     where a.worker_id = p_worker and a.claim_key = p_key
+       and t.state = 'running' and t.lease_expires_at > now()
+     limit 1;
+    if v_task.id is not null then
+      update task_attempts set repeated_at = now() where lease_id = v_task.lease_id;
+    end if;
+  end if;
+
+  if v_task.id is null then
+    -- An ephemeral worker has one claim; the route answers 401 after it.
+    if v_worker.ephemeral and v_worker.claimed_lease is not null then
+      return;
+    end if;
+
+    -- Takeover of an expired lease first, as in 004, within the scope.
+    select t.id into v_id
+      from tasks t
+     where t.state = 'running'
+       and t.lease_expires_at < now()
+       and t.attempt < t.max_attempts
+       and not t.cancel_requested
+       and not exists (
+             select 1 from task_attempts a
+              where a.task_id = t.id and a.attempt = t.attempt
+                and a.started_at + make_interval(secs => t.timeout_s) < now())
+       and t.trusted = v_trusted
+       and t.labels <@ p_labels
+       and (select j.state = 'running'
+                   and (v_worker.projects is null or j.project_id = any (v_worker.projects))
+              from jobs j where j.id = t.job_id)
+     order by t.lease_expires_at
+     limit 1
+     for update of t skip locked;
+    if v_id is not null then
+      v_takeover := true;
+      update task_attempts a
+         set outcome = 'lost', result_state = 'queued', transient = true,
+             error = 'lease expired: the runner stopped reporting; claimed again',
+             finished_at = now()
+        from tasks t
+       where t.id = v_id and a.task_id = t.id and a.attempt = t.attempt;
+    else
+      -- The scope is checked on the job row the state is read from: a task
+      -- of a project outside it is passed over like one of a job that is not
+      -- running, so a scoped worker walks past other projects' queued tasks.
+      -- A task of a concurrency group (migrations/013) is claimable only
+      -- when it heads its group's queue (first in, first out) and the group
+      -- has a free slot. Of two claimers, the second sees the head locked
+      -- (skipped; the next task of the group is not the head) or, once the
+      -- first committed, its row changed (40001, and the retry counts the
+      -- new holder): two claimers never both take the last slot.
+      select t.id into v_id
+        from tasks t
+       where t.state = 'queued'
+         and t.trusted = v_trusted
+         and t.labels <@ p_labels
+         and (select j.state = 'running'
+                     and (v_worker.projects is null or j.project_id = any (v_worker.projects))
+                     -- A job's own group (pipeline-level concurrency:): held from
+                     -- its first claim until it finishes; a job not holding it
+                     -- yet starts only at the head of the group's jobs, with a
+                     -- free slot.
+                     and (j.concurrency_key is null or j.group_held
+                          or ((select count(*) from jobs h
+                                where h.concurrency_key = j.concurrency_key
+                                  and h.state = 'running' and h.group_held) < j.concurrency_limit
+                              and not exists (
+                                    select 1 from jobs o
+                                     where o.concurrency_key = j.concurrency_key
+                                       and o.state = 'running' and not o.group_held
+                                       and (o.created_at, o.id) < (j.created_at, j.id))))
+                from jobs j where j.id = t.job_id)
+         and (t.concurrency_key is null
+              or ((select count(*) from tasks h
+                    where h.concurrency_key = t.concurrency_key and h.state = 'running')
+                    < t.concurrency_limit
+                  and not exists (
+                        select 1 from tasks o
+                         where o.concurrency_key = t.concurrency_key and o.state = 'queued'
+                           and (o.job_created_at, o.position) < (t.job_created_at, t.position))))
+       order by t.job_created_at, t.position
+       limit 1
+       for update of t skip locked;
+      if v_id is null then
+        return;
+      end if;
+    end if;
+
+    -- The ephemeral worker's one claim. Two claims of one ephemeral token at
+    -- once: the second to write this row raises 40001 (REPEATABLE READ), and
+    -- its retry sees claimed_lease set and claims nothing.
+    -- It is seen now too: the token check's `seen` leaves this row to us.
+    if v_worker.ephemeral then
+      update workers set claimed_lease = p_lease_id, last_seen_at = now() where id = p_worker;
+    end if;
+
+    -- A takeover is a requeue and a claim at once: queued_at restarts as on
+    -- any requeue, so if this claim is given back (releaseClaim) the queue
+    -- timeout counts from now, not from when the task was first queued.
+    update tasks t
+       set state = 'running',
+           attempt = t.attempt + 1,
+           lease_id = p_lease_id,
+           worker_id = p_worker,
+           lease_expires_at = now() + make_interval(secs => p_lease_s),
+           started_at = coalesce(t.started_at, now()),
+           queued_at = case when v_takeover then now() else t.queued_at end
+     where t.id = v_id
+    returning t.* into v_task;
+
+    insert into task_attempts (task_id, attempt, lease_id, worker_id, claim_key)
+    values (v_task.id, v_task.attempt, v_task.lease_id, p_worker, p_key);
+
+    -- The first claim of a job in a group of its own takes the job's slot.
+    -- Of two first claims of one job, the second's update meets the first's
+    -- commit (40001), and its retry finds the slot held.
+    update jobs set group_held = true
+     where id = v_task.job_id and concurrency_key is not null and not group_held;
+  end if;
+
+  -- As in 004: the needs' outputs are final before a task is queued, and
+  -- visible in this snapshot.
+  if cardinality(v_task.needs) = 0 then
+    v_outputs := '{}';
+  else
+    select coalesce(jsonb_object_agg(
+             (select n.name from tasks n where n.id = e.need_id),
+             (select jsonb_object_agg(o.name, o.value)
+                from task_outputs o where o.task_id = e.need_id)), '{}')
+      into v_outputs
+      from task_needs e
+     where e.task_id = v_task.id
+       and exists (select 1 from task_outputs o where o.task_id = e.need_id);
+  end if;
+
+  return query
+  select v_task, j.project_id, j.sha, j.ref, j.trusted and v_task.trusted, p.repo_url,
+         p.forge_token_enc, v_outputs
+    from jobs j
+    join projects p on p.id = j.project_id
+   where j.id = v_task.job_id;
+end
+$$;
