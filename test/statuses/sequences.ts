@@ -196,7 +196,7 @@ export function sequenceTests(
     const { p, commit } = await projectOn(stack, fake, forge, `${forge}-broken`, broken, 'backend');
     const { jobId } = await pushSettled(stack, fake, p, commit);
     const description =
-      'the pipeline has 3 errors: .conductor.yml:7:5: tasks.build: missing required key "script"';
+      'the pipeline has 3 errors: .conductor.yml:7:5: tasks.build: unknown key "scirpt" (did you mean "script"?)';
     // The job never started, so it has no pipeline name: the context is plain
     // `conductor` although the file says `name: backend`.
     assertPosts(p, commit, jobId, 'conductor', [`error: ${description}`]);
