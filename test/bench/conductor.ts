@@ -2,7 +2,13 @@
 // through the local HTTP server, the HTTP ceiling, empty claims and their WAL,
 // claim latency against history, job shapes, and webhook to first claimable task.
 import type { AddressInfo } from 'node:net';
-import { createPool, migrate, type Pool } from '../../lib/db/index.ts';
+import {
+  createPool,
+  migrate,
+  type Pool,
+  RETRYABLE_SQLSTATES,
+  sqlState,
+} from '../../lib/db/index.ts';
 import { signBody } from '../../lib/forge/webhook.ts';
 import { type HttpEvent, httpFunction, type Reply } from '../../lib/http/index.ts';
 import { claimTask, completeTask } from '../../lib/scheduler/index.ts';
@@ -68,6 +74,12 @@ export interface CycleResult extends Rate {
   claims: number;
   /** 40001/40P01 retries reported by claimTask's onRetries. */
   retries: number;
+  /**
+   * 40001/40P01 failures of the follow-up's settle (the statements calling
+   * conductor_settle after an outcome committed), each one run again by
+   * statement(); counted on the pool's connections. Library cycles only.
+   */
+  settleRetries?: number;
   /** Exceptions out of claim or complete (should stay 0). */
   errors: number;
 }
@@ -77,6 +89,37 @@ interface CycleSetup {
   pool: Pool;
   label: string;
   workers: string[];
+  settles: SettleRetries;
+}
+
+interface SettleRetries {
+  count: number;
+}
+
+/**
+ * Counts, on every connection `pool` opens from now on, the statements that
+ * call conductor_settle (the follow-up's one statement, and its settle after
+ * a promotion) and fail with 40001/40P01. The library retries each at once
+ * (lib/db/statement.ts) and reports none, so the bench watches the client's
+ * queries.
+ */
+function countSettleRetries(pool: Pool): SettleRetries {
+  const counter = { count: 0 };
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    (client as { query: unknown }).query = (...args: unknown[]) => {
+      const result = query(...args);
+      const q = args[0] as string | { text?: string } | undefined;
+      const text = typeof q === 'string' ? q : q?.text;
+      if (text?.includes('conductor_settle(') && result instanceof Promise) {
+        result.catch((err: unknown) => {
+          if (RETRYABLE_SQLSTATES.has(sqlState(err) ?? '')) counter.count++;
+        });
+      }
+      return result;
+    };
+  });
+  return counter;
 }
 
 async function setUpCycles(
@@ -88,11 +131,12 @@ async function setUpCycles(
   groups = false,
 ): Promise<CycleSetup> {
   const pool = createPool({ url, max: concurrency });
+  const settles = countSettleRetries(pool);
   try {
     const label = await queueTasks(pool, total, shape, jobSize, groups);
     const workers: string[] = [];
     for (let i = 0; i < concurrency; i++) workers.push(await makeWorker(pool, [label]));
-    return { pool, label, workers };
+    return { pool, label, workers, settles };
   } catch (err) {
     await pool.end();
     throw err;
@@ -101,7 +145,7 @@ async function setUpCycles(
 
 /** One loop per worker, claiming and completing until `total` were claimed or the limit. */
 async function runCycles(
-  { pool, label, workers }: CycleSetup,
+  { pool, label, workers, settles }: CycleSetup,
   total: number,
   limitMs: number,
 ): Promise<CycleResult> {
@@ -114,6 +158,7 @@ async function runCycles(
     claims++;
     retries += r;
   };
+  settles.count = 0;
   const start = nowMs();
   const deadline = start + limitMs;
   await Promise.all(
@@ -146,7 +191,13 @@ async function runCycles(
     }),
   );
   const ms = nowMs() - start;
-  return { ...rate(completed, total, ms, completed < total), claims, retries, errors };
+  return {
+    ...rate(completed, total, ms, completed < total),
+    claims,
+    retries,
+    settleRetries: settles.count,
+    errors,
+  };
 }
 
 /**

@@ -246,6 +246,12 @@ export function markdown(r: Results): string {
       lines.push(
         `| claim retries (40001/40P01) at c=${row.concurrency} | ${row.library.retries} over ${row.library.claims} claims (${f0((row.library.retries / Math.max(1, row.library.claims)) * 1000)} per 1,000); errors ${row.library.errors} |`,
       );
+      const settles = row.library.settleRetries;
+      if (settles !== undefined) {
+        lines.push(
+          `| follow-up settle retries (40001/40P01) at c=${row.concurrency} | ${settles} over ${row.library.done} cycles (${f0((settles / Math.max(1, row.library.done)) * 1000)} per 1,000) |`,
+        );
+      }
     }
   }
   if (r.notes.length) {

@@ -120,7 +120,7 @@ async function main(): Promise<void> {
         const r = await libraryCycles(pg.url('lib'), c, P.tasks, 'jobs', JOB_SIZE, P.cycleLimitMs);
         row(c).library = r;
         progress(
-          `  ${fmt(r.perSecond)} cycles/s, ${r.retries} retries over ${r.claims} claims, ${r.errors} errors`,
+          `  ${fmt(r.perSecond)} cycles/s, ${r.retries} retries over ${r.claims} claims, ${r.settleRetries} follow-up settle retries, ${r.errors} errors`,
         );
       });
       await step(`HTTP cycles c=${c}`, async () => {
