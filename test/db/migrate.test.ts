@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import {
   createPool,
+  loadFunctionFiles,
   loadMigrations,
   type Migration,
   MigrationError,
@@ -94,6 +95,13 @@ test('concurrent migrators apply each migration exactly once', async () => {
   );
   const { rows } = await pool.query('select count(*)::int as c from conductor_migrations');
   assert.equal(rows[0].c, loadMigrations().length);
+  // And each function file once, by whichever applied the last migration.
+  assert.deepEqual(
+    results.flatMap((r) => r.functions).sort(),
+    loadFunctionFiles()
+      .map((f) => f.name)
+      .sort(),
+  );
 });
 
 test('a database ahead of the code is refused', async () => {
