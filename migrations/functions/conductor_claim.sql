@@ -28,7 +28,8 @@
 -- with its key still gets it, else it expires and is taken over.
 --
 -- History: migrations 002 (first), 003 (pools), 004 (takeover), 007 (scope,
--- ephemeral workers, keyed claims), 013 (concurrency groups). Changing the
+-- ephemeral workers, keyed claims), 013 (concurrency groups), 017 (a group's
+-- row written by each slot taken). Changing the
 -- arguments or the result type needs a numbered migration that drops the old
 -- function first (`create or replace` cannot change them).
 
@@ -48,6 +49,7 @@ declare
   v_takeover boolean := false;
   v_task tasks;
   v_outputs jsonb;
+  v_job_key text;
 begin
   select * into v_worker from workers w where w.id = p_worker;
   if not found then
@@ -177,11 +179,29 @@ begin
     insert into task_attempts (task_id, attempt, lease_id, worker_id, claim_key)
     values (v_task.id, v_task.attempt, v_task.lease_id, p_worker, p_key);
 
-    -- The first claim of a job in a group of its own takes the job's slot.
-    -- Of two first claims of one job, the second's update meets the first's
-    -- commit (40001), and its retry finds the slot held.
+    -- A slot taken in a task's group writes the group's row
+    -- (migrations/017): the holders were counted in this statement's
+    -- snapshot, and another claimer may have counted them in an older or
+    -- newer one (a job started in between put an older task at the head, so
+    -- the two locked different tasks). The second writer of the row raises
+    -- 40001 and its retry counts the first's holder. A takeover takes no new
+    -- slot; a task of no group writes no row.
+    if v_task.concurrency_key is not null and not v_takeover then
+      insert into concurrency_groups as g (key) values ('task:' || v_task.concurrency_key)
+      on conflict (key) do update set version = g.version + 1, taken_at = now();
+    end if;
+
+    -- The first claim of a job in a group of its own takes the job's slot,
+    -- and writes the group's row as above. Of two first claims of one job,
+    -- the second's update meets the first's commit (40001), and its retry
+    -- finds the slot held.
     update jobs set group_held = true
-     where id = v_task.job_id and concurrency_key is not null and not group_held;
+     where id = v_task.job_id and concurrency_key is not null and not group_held
+    returning concurrency_key into v_job_key;
+    if v_job_key is not null then
+      insert into concurrency_groups as g (key) values ('job:' || v_job_key)
+      on conflict (key) do update set version = g.version + 1, taken_at = now();
+    end if;
   end if;
 
   -- As in 004: the needs' outputs are final before a task is queued, and
