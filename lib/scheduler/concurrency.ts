@@ -10,6 +10,17 @@ import { skipReachable } from './progress.ts';
 import type { TaskSpec } from './types.ts';
 
 /**
+ * A group's key, in SQL, from its name, project and the job's trust: a
+ * trusted job's `<project>/<group>`, or `org:<name>` as it is; an untrusted
+ * job's (a fork's pull request, whose pipeline file its author wrote)
+ * `untrusted:<project>/<group>`, `org:` included, so that it never waits
+ * for, holds, heads or acts on a trusted group, nor reaches another project.
+ */
+const GROUP_KEY = (grp: string, project: string, trusted: string) =>
+  `case when not ${trusted}::boolean then 'untrusted:' || ${project} || '/' || ${grp}
+        when ${grp} like 'org:%' then ${grp} else ${project} || '/' || ${grp} end`;
+
+/**
  * Stores the groups of a job's new tasks (key: `<project>/<group>`, or the
  * `org:<name>` group as it is), then applies their modes to the tasks of
  * older jobs in the same groups: `replace_pending` cancels those still
@@ -18,7 +29,7 @@ import type { TaskSpec } from './types.ts';
  */
 export async function joinGroupsTx(
   tx: Queryable,
-  job: { id: string; project_id: string; created_at: Date; number?: number },
+  job: { id: string; project_id: string; created_at: Date; trusted: boolean; number?: number },
   specs: TaskSpec[],
 ): Promise<string[]> {
   const grouped = specs.filter((s) => s.concurrency);
@@ -26,7 +37,7 @@ export async function joinGroupsTx(
   await tx.query(
     `update tasks t
         set concurrency_group = x.grp,
-            concurrency_key = case when x.grp like 'org:%' then x.grp else $2 || '/' || x.grp end,
+            concurrency_key = ${GROUP_KEY('x.grp', '$2', '$4')},
             concurrency_limit = x.lim,
             concurrency_mode = x.mode
        from jsonb_to_recordset($3::jsonb) as x (name text, grp text, lim int, mode text)
@@ -42,6 +53,7 @@ export async function joinGroupsTx(
           mode: s.concurrency?.mode,
         })),
       ),
+      job.trusted,
     ],
   );
   if (!grouped.some((s) => s.concurrency?.mode !== 'queue')) return [];
@@ -65,10 +77,11 @@ export async function joinGroupsTx(
                                      (select number from me), m.grp, m.mode) end
        from mine m
       where o.concurrency_key = m.key and o.job_id <> $1 and o.job_created_at <= $2
-        and (o.state = 'queued' or (m.mode = 'cancel_running' and o.state = 'running'
-                                    and not o.cancel_requested))
+        and o.trusted = $3
+        and (o.state in ('queued', 'waiting', 'blocked')
+             or (m.mode = 'cancel_running' and o.state = 'running' and not o.cancel_requested))
       returning o.id, o.job_id, o.name, o.state`,
-    [job.id, job.created_at],
+    [job.id, job.created_at, job.trusted],
   );
   for (const row of rows) {
     if (row.state === 'cancelled') {
@@ -85,16 +98,16 @@ export async function joinGroupsTx(
  */
 export async function joinJobGroupTx(
   tx: Queryable,
-  job: { id: string; project_id: string },
+  job: { id: string; project_id: string; trusted: boolean },
   concurrency: CompiledConcurrency,
 ): Promise<void> {
   await tx.query(
     `update jobs
         set concurrency_group = $3,
-            concurrency_key = case when $3 like 'org:%' then $3 else $2 || '/' || $3 end,
+            concurrency_key = ${GROUP_KEY('$3', '$2', '$6')},
             concurrency_limit = $4, concurrency_mode = $5
       where id = $1`,
-    [job.id, job.project_id, concurrency.group, concurrency.limit, concurrency.mode],
+    [job.id, job.project_id, concurrency.group, concurrency.limit, concurrency.mode, job.trusted],
   );
 }
 
@@ -103,6 +116,9 @@ export async function joinJobGroupTx(
  * transaction of its own after the start committed (as cancelling superseded
  * jobs is, at READ COMMITTED): `replace_pending` cancels those not holding
  * the group yet, `cancel_running` every one. Answers the jobs cancelled.
+ * The older jobs are locked as they are read, and READ COMMITTED re-reads a
+ * row it waited for: a job whose first claim committed meanwhile holds the
+ * group and is left running by `replace_pending`.
  */
 export async function applyJobGroupMode(pool: Pool, jobId: string): Promise<string[]> {
   return transaction(
@@ -112,10 +128,12 @@ export async function applyJobGroupMode(pool: Pool, jobId: string): Promise<stri
         `select o.id, j.number, j.concurrency_group as grp, j.concurrency_mode as mode
            from jobs j
            join jobs o on o.concurrency_key = j.concurrency_key and o.state = 'running'
+                      and o.trusted = j.trusted
                       and (o.created_at, o.id) < (j.created_at, j.id)
           where j.id = $1 and j.concurrency_mode in ('replace_pending', 'cancel_running')
             and (j.concurrency_mode = 'cancel_running' or not o.group_held)
-          order by o.created_at`,
+          order by o.created_at
+          for update of o`,
         [jobId],
       );
       const first = rows[0];
