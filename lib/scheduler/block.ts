@@ -89,13 +89,25 @@ export async function unblockTask(
         `task ${JSON.stringify(taskName)} of job #${found.job_number} is ${found.state}; only a blocked task can be unblocked`,
       );
     }
+    // Its deadline passed: it timed out, though the sweep has not ended it
+    // yet (the update below re-checks it on the row it writes).
+    const late = await tx.query(
+      'select 1 from tasks where id = $1 and block_deadline is not null and block_deadline <= now()',
+      [found.id],
+    );
+    if (late.rowCount) {
+      throw new ConflictError(
+        `task ${JSON.stringify(taskName)} of job #${found.job_number} timed out waiting for approval; it can no longer be unblocked`,
+      );
+    }
     const outputs = blockOutputs(found.block, fields);
-    // Conditional on 'blocked': a cancel or the timeout that commits first
+    // Conditional on 'blocked' and the deadline: a cancel or the timeout that commits first
     // makes this conflict (40001) and the retry finds the task finished.
     const updated = await tx.query<TaskRow>(
       `update tasks set state = 'success', finished_at = now(), unblocked_by = $2,
                         unblocked_at = now(), block_deadline = null
         where id = $1 and state = 'blocked'
+          and (block_deadline is null or block_deadline > now())
         returning *`,
       [found.id, who],
     );
