@@ -126,8 +126,8 @@ begin
                      and (v_worker.projects is null or j.project_id = any (v_worker.projects))
                      -- A job's own group (pipeline-level concurrency:): held from
                      -- its first claim until it finishes; a job not holding it
-                     -- yet starts only at the head of the group's jobs, with a
-                     -- free slot.
+                     -- yet starts only at the head of the group's jobs with a
+                     -- queued task, with a free slot.
                      and (j.concurrency_key is null or j.group_held
                           or ((select count(*) from jobs h
                                 where h.concurrency_key = j.concurrency_key
@@ -136,7 +136,12 @@ begin
                                     select 1 from jobs o
                                      where o.concurrency_key = j.concurrency_key
                                        and o.state = 'running' and not o.group_held
-                                       and (o.created_at, o.id) < (j.created_at, j.id))))
+                                       and (o.created_at, o.id) < (j.created_at, j.id)
+                                       -- Only a job with a task to claim waits
+                                       -- ahead: one waiting on a block (or
+                                       -- its needs) does not head the group.
+                                       and exists (select 1 from tasks q
+                                                    where q.job_id = o.id and q.state = 'queued'))))
                 from jobs j where j.id = t.job_id)
          and (t.concurrency_key is null
               or ((select count(*) from tasks h
