@@ -19,6 +19,7 @@ import {
   cronProblem,
   jitterSeconds,
   latestTick,
+  MAX_JITTER_S,
   nextDue,
   timezoneProblem,
 } from '../schedules/cron.ts';
@@ -26,15 +27,16 @@ import {
   advanceSchedule,
   claimTick,
   type DueSchedule,
+  deferSchedule,
   deleteSchedule,
   dueSchedules,
   getSchedule,
   insertSchedule,
   listSchedules,
   type NewSchedule,
-  noteScheduleError,
   noteTickJob,
   type ScheduleRow,
+  skipTickWithError,
   updateSchedule,
 } from '../schedules/store.ts';
 import { SCHEDULE_CATCH_UP } from '../states.ts';
@@ -272,6 +274,13 @@ export interface FireSummary {
 const NO_COMMIT = '0'.repeat(40);
 const BATCH = 50;
 
+/** How long before the sweep's deadline no further schedule is started (each may ask the forge). */
+const DEADLINE_MARGIN_MS = 10_000;
+/** A schedule the forge did not answer for is tried again after this at least... */
+const RETRY_MIN_MS = 60_000;
+/** ...and at most this (or at its next tick, if sooner). */
+const RETRY_MAX_MS = 30 * 60_000;
+
 /**
  * Fires the schedules due by `now` (the sweep's tick; tests pass their
  * clock): for each, the tick to fire (the latest one passed under
@@ -279,25 +288,37 @@ const BATCH = 50;
  * five minutes late is skipped), the ref's head from the forge, then the job
  * in one transaction with the (schedule, tick) row. A schedule of a disabled
  * project moves on without firing. A ref with no head, or no forge access,
- * makes a failed job saying why and sets `last_error`; a forge that does not
- * answer leaves the schedule due for the next tick.
+ * makes a failed job saying why and sets `last_error`. A forge that does not
+ * answer sets `last_error` and defers the schedule, keeping its tick, with a
+ * backoff (as long as the tick is late, 1 to 30 minutes, no later than its
+ * next tick); deferred schedules come after the others, so they cannot
+ * starve them. Any other failure sets `last_error` and moves the schedule to
+ * its next tick. With `opts.deadline` (ms since the epoch, the sweep's), no
+ * schedule is started within 10 s of it: the rest stay due for the next sweep.
  */
-export async function fireDueSchedules(ctx: AppContext, now = new Date()): Promise<FireSummary> {
+export async function fireDueSchedules(
+  ctx: AppContext,
+  now = new Date(),
+  opts: { deadline?: number } = {},
+): Promise<FireSummary> {
   const summary: FireSummary = { schedules_fired: 0, schedules_skipped: 0 };
-  const due = await dueSchedules(ctx.pool, now, BATCH);
+  const due = await dueSchedules(ctx.pool, now, BATCH, MAX_JITTER_S);
   for (const schedule of due) {
+    if (opts.deadline !== undefined && Date.now() >= opts.deadline - DEADLINE_MARGIN_MS) break;
     let outcome: Awaited<ReturnType<typeof fireOne>>;
     try {
       outcome = await fireOne(ctx, schedule, now);
     } catch (err) {
       // The database away is the sweep's to count and defer; anything else
-      // is this schedule's alone, and the others still fire.
+      // is this schedule's alone: it says so and moves on, and the others
+      // still fire.
       if (unavailability(err)) throw err;
       log('error', 'schedule: could not fire', {
         project_id: schedule.project_id,
         schedule: schedule.name,
         err,
       });
+      await giveUpTick(ctx, schedule, now, err);
       continue;
     }
     if (outcome === 'fired') summary.schedules_fired++;
@@ -306,17 +327,44 @@ export async function fireDueSchedules(ctx: AppContext, now = new Date()): Promi
   return summary;
 }
 
+/** The tick a due schedule fires now, and the one after it. */
+function ticksOf(s: DueSchedule, now: Date) {
+  const from = s.next_run_at!;
+  // The latest tick at or before now, found backward from now however long
+  // the gap (lib/schedules/cron.ts). `from` is due, so it is at or before
+  // now: the answer is never older than it.
+  const latest = latestTick(s.cron, s.timezone, new Date(from.getTime() - 1), now);
+  const tick = latest !== null && latest > from ? latest : from;
+  const next = nextDue(
+    { cron: s.cron, timezone: s.timezone, projectId: s.project_id, name: s.name },
+    tick,
+  );
+  return { from, tick, next };
+}
+
+/** A failure no retry cures: last_error says why, and the schedule moves to its next tick. */
+async function giveUpTick(ctx: AppContext, s: DueSchedule, now: Date, err: unknown) {
+  const { from, tick, next } = ticksOf(s, now);
+  const why = err instanceof Error ? err.message : String(err);
+  const error = `schedule ${s.name}: the tick of ${tick.toISOString()} did not fire: ${why.split('\n')[0]}`;
+  try {
+    await transaction(ctx.pool, (tx) => skipTickWithError(tx, s.id, from, next, error));
+  } catch (err2) {
+    if (unavailability(err2)) throw err2;
+    log('error', 'schedule: could not record why it did not fire', {
+      project_id: s.project_id,
+      schedule: s.name,
+      err: err2,
+    });
+  }
+}
+
 async function fireOne(
   ctx: AppContext,
   s: DueSchedule,
   now: Date,
 ): Promise<'fired' | 'skipped' | 'lost' | 'deferred'> {
-  const from = s.next_run_at!;
-  const tick = latestTick(s.cron, s.timezone, new Date(from.getTime() - 1), now) ?? from;
-  const next = nextDue(
-    { cron: s.cron, timezone: s.timezone, projectId: s.project_id, name: s.name },
-    tick,
-  );
+  const { from, tick, next } = ticksOf(s, now);
   const late = now.getTime() - tick.getTime();
   if (!s.project_enabled || (s.catch_up === 'none' && late > CATCH_UP_NONE_GRACE_MS)) {
     // Nothing fires; the schedule moves past what it missed.
@@ -341,9 +389,22 @@ async function fireOne(
     );
   } catch (err) {
     if (!(err instanceof ForgeUnavailableError)) throw err;
-    // Left due: the next tick asks again, and fires the latest tick then.
-    await transaction(ctx.pool, (tx) => noteScheduleError(tx, s.id, err.message));
-    log('warn', 'schedule: the forge did not answer; the next tick tries again', {
+    // Deferred, keeping its tick: tried again after a backoff (as long as
+    // the tick is late, within bounds, never past the next tick's due time),
+    // and then fires the latest tick. Deferred schedules are taken last.
+    const wait = Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, late));
+    let retryAt = new Date(now.getTime() + wait);
+    if (next !== null && next.dueAt < retryAt) retryAt = next.dueAt;
+    await transaction(ctx.pool, (tx) =>
+      deferSchedule(
+        tx,
+        s.id,
+        from,
+        retryAt,
+        `${err.message} (tried again at ${retryAt.toISOString()})`,
+      ),
+    );
+    log('warn', 'schedule: the forge did not answer; tried again later', {
       project_id: s.project_id,
       schedule: s.name,
       err,

@@ -58,7 +58,7 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
   const fired: FireSummary = await step(
     'schedules',
     { schedules_fired: 0, schedules_skipped: 0 },
-    () => fireDueSchedules(ctx),
+    () => fireDueSchedules(ctx, new Date(), { deadline: opts.deadline }),
   );
   const purged = await step('retention', { log_chunks_purged: 0, jobs_purged: 0 }, () =>
     purgeExpired(ctx.pool, {

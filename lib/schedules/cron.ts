@@ -59,24 +59,33 @@ export function nextTick(cron: string, timezone: string, after: Date): Date | nu
 }
 
 /**
- * The latest tick at or before `now`, looking no further back than `since`
- * (exclusive); null when none falls in between.
+ * The latest tick at or before `now`, later than `since` (exclusive); null
+ * when none falls in between. Found backward from `now` (croner's
+ * previousRuns), so a gap of any length costs the same: an @monthly schedule
+ * back after months, or an every-minute one after a week, answers in well
+ * under a millisecond. The answer is then taken from the forward sequence
+ * (nextRun) that nextTick uses, so a DST edge gives the same instant either way.
  */
 export function latestTick(cron: string, timezone: string, since: Date, now: Date): Date | null {
   const job = cronOf(cron, timezone);
+  // previousRuns answers runs strictly before its reference; 1 ms later
+  // includes a tick exactly at `now`.
+  const back = job.previousRuns(1, new Date(now.getTime() + 1))[0];
+  if (back === undefined) return null;
+  // Walk forward from just before it (and, should DST make the two disagree,
+  // from a day and a bit earlier): a few steps at most.
   let latest: Date | null = null;
-  let at = since;
-  // A missed stretch is walked tick by tick, bounded: a schedule every
-  // minute that missed a year still answers after 10,000 steps, from the end.
-  const from = new Date(Math.max(since.getTime(), now.getTime() - 10_000 * 60_000));
-  at = from > at ? new Date(from.getTime() - 1) : at;
-  for (let i = 0; i < 10_000; i++) {
-    const next = job.nextRun(at);
-    if (next === null || next > now) break;
-    latest = next;
-    at = next;
+  for (const lead of [1, 26 * 3_600_000]) {
+    let at = new Date(Math.max(back.getTime() - lead, since.getTime()));
+    for (let i = 0; i < 2_000; i++) {
+      const next = job.nextRun(at);
+      if (next === null || next > now) break;
+      latest = next;
+      at = next;
+    }
+    if (latest !== null) break;
   }
-  return latest;
+  return latest !== null && latest > since ? latest : null;
 }
 
 /**

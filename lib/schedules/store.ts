@@ -126,21 +126,66 @@ export interface DueSchedule extends ScheduleRow {
   project_enabled: boolean;
 }
 
-/** Enabled schedules whose due time has come by `now`, oldest first (schedules_due). */
+/**
+ * Enabled schedules whose due time has come by `now` (schedules_due): those
+ * due at their tick first, oldest first, then those deferred after a failed
+ * attempt (a due time later than the tick plus the most jitter), so a batch
+ * of schedules that keep failing cannot keep the others from firing.
+ */
 export async function dueSchedules(
   db: Queryable,
   now: Date,
   limit: number,
+  maxJitterS: number,
 ): Promise<DueSchedule[]> {
   const { rows } = await db.query<DueSchedule>(
     `select s.*, p.enabled as project_enabled
        from schedules s join projects p on p.id = s.project_id
       where s.enabled and s.due_at <= $1
-      order by s.due_at
+      order by s.due_at >= s.next_run_at + make_interval(secs => $3), s.due_at
       limit $2`,
-    [now, limit],
+    [now, limit, maxJitterS],
   );
   return rows;
+}
+
+/**
+ * A schedule that could not fire its tick yet (the forge did not answer):
+ * it keeps its tick (next_run_at) and is due again at `retryAt`, saying why
+ * in last_error. Conditional on the tick it was read at, as advanceSchedule.
+ */
+export async function deferSchedule(
+  tx: Queryable,
+  id: string,
+  from: Date,
+  retryAt: Date,
+  error: string,
+): Promise<boolean> {
+  const { rowCount } = await tx.query(
+    `update schedules set due_at = $3, last_error = $4 where id = $1 and next_run_at = $2`,
+    [id, from, retryAt, error],
+  );
+  return rowCount === 1;
+}
+
+/**
+ * A schedule whose tick could not fire for a reason a retry would not cure:
+ * it moves to its next tick without a job, last_error saying why.
+ * Conditional on the tick it was read at, as advanceSchedule.
+ */
+export async function skipTickWithError(
+  tx: Queryable,
+  id: string,
+  from: Date,
+  next: { tick: Date; dueAt: Date } | null,
+  error: string,
+): Promise<boolean> {
+  const { rowCount } = await tx.query(
+    `update schedules set next_run_at = $3, due_at = $4, last_error = $5
+      where id = $1 and next_run_at = $2`,
+    [id, from, next?.tick ?? null, next?.dueAt ?? null, error],
+  );
+  return rowCount === 1;
 }
 
 /**
@@ -201,11 +246,6 @@ export async function noteTickJob(
     tick,
     jobId,
   ]);
-}
-
-/** Records why a schedule could not fire yet (the forge did not answer); it stays due. */
-export async function noteScheduleError(tx: Queryable, id: string, error: string): Promise<void> {
-  await tx.query('update schedules set last_error = $2 where id = $1', [id, error]);
 }
 
 /**

@@ -60,6 +60,53 @@ test('of missed ticks, latestTick answers the latest only', () => {
   );
 });
 
+test('latestTick finds the latest tick however long the gap: @monthly after four months, @weekly after three weeks', () => {
+  // Before: only 10,000 minutes were searched, none was found, and the
+  // caller fired the oldest missed tick, then the next one, once per tick.
+  assert.equal(
+    iso(latestTick('@monthly', 'UTC', at('2026-01-31T23:59:59Z'), at('2026-06-15T12:00:45Z'))),
+    '2026-06-01T00:00:00.000Z',
+  );
+  // @weekly is Sundays 00:00; back on Saturday 27 June, half an hour before the next.
+  assert.equal(
+    iso(latestTick('@weekly', 'UTC', at('2026-06-06T23:59:59Z'), at('2026-06-27T23:30:45Z'))),
+    '2026-06-21T00:00:00.000Z',
+  );
+  // A tick exactly at `now` counts; one at `since` does not.
+  assert.equal(
+    iso(latestTick('0 * * * *', 'UTC', at('2026-01-01T00:00:00Z'), at('2026-01-01T05:00:00Z'))),
+    '2026-01-01T05:00:00.000Z',
+  );
+  assert.equal(
+    latestTick('0 * * * *', 'UTC', at('2026-01-01T05:00:00Z'), at('2026-01-01T05:00:00Z')),
+    null,
+  );
+});
+
+test('latestTick of an every-minute schedule after a week away is cheap (the sweep pays it per due schedule)', () => {
+  const t0 = performance.now();
+  for (let i = 0; i < 50; i++) {
+    assert.equal(
+      iso(latestTick('* * * * *', 'UTC', at('2026-06-01T00:00:00Z'), at('2026-06-10T00:00:30Z'))),
+      '2026-06-10T00:00:00.000Z',
+    );
+  }
+  const ms = performance.now() - t0;
+  // Fifty due schedules: was about 0.8 s each (10,000 steps); now far under.
+  assert.ok(ms < 500, `50 look-ups took ${ms.toFixed(0)} ms`);
+});
+
+test('latestTick agrees with nextTick across DST: the skipped and the repeated hour', () => {
+  // Europe/Berlin: 02:30 is skipped on 29 March (fires 03:00 CEST = 01:00Z)
+  // and repeated on 25 October (fires once).
+  for (const now of ['2026-03-29T04:00:00Z', '2026-10-25T04:00:00Z']) {
+    const latest = latestTick('30 2 * * *', 'Europe/Berlin', at('2026-03-01T00:00:00Z'), at(now));
+    assert.ok(latest);
+    const day = new Date(latest.getTime() - 20 * 3_600_000);
+    assert.equal(iso(nextTick('30 2 * * *', 'Europe/Berlin', day)), iso(latest), now);
+  }
+});
+
 test('cron expressions: five fields or a shortcut, each problem named', () => {
   assert.equal(cronProblem('0 3 * * *'), null);
   assert.equal(cronProblem('@daily'), null);
