@@ -129,9 +129,10 @@ begin
                      -- yet starts only at the head of the group's jobs with a
                      -- queued task, with a free slot.
                      and (j.concurrency_key is null or j.group_held
-                          or ((select count(*) from jobs h
+                          or ((select count(*) < least(j.concurrency_limit, min(h.concurrency_limit))
+                                 from jobs h
                                 where h.concurrency_key = j.concurrency_key
-                                  and h.state = 'running' and h.group_held) < j.concurrency_limit
+                                  and h.state = 'running' and h.group_held)
                               and not exists (
                                     select 1 from jobs o
                                      where o.concurrency_key = j.concurrency_key
@@ -144,9 +145,13 @@ begin
                                                     where q.job_id = o.id and q.state = 'queued'))))
                 from jobs j where j.id = t.job_id)
          and (t.concurrency_key is null
-              or ((select count(*) from tasks h
+              -- The limit is the smallest of the candidate's and its
+              -- holders': a pipeline saying limit 5 does not run beside a
+              -- holder whose pipeline said 1 (least() passes over the null
+              -- min of no holder).
+              or ((select count(*) < least(t.concurrency_limit, min(h.concurrency_limit))
+                     from tasks h
                     where h.concurrency_key = t.concurrency_key and h.state = 'running')
-                    < t.concurrency_limit
                   and not exists (
                         select 1 from tasks o
                          where o.concurrency_key = t.concurrency_key and o.state = 'queued'
