@@ -31,8 +31,11 @@ const sameUrl = (a: string | null | undefined, b: string | null | undefined) =>
 
 /**
  * May this person take this action on this project? The admin token: yes.
- * A forge person: what the forge says (cached ≤ 5 minutes); a refusal names
- * why (403), and a forge that does not answer in time says so (503).
+ * A forge person: what the forge says (cached ≤ 5 minutes). A person who may
+ * not even view a private project is answered exactly as for a project that
+ * does not exist (404, no repository, no forge URL), so nobody learns which
+ * private projects there are; a refused action on a project they may view
+ * names why (403); a forge that does not answer in time says so (503).
  */
 export async function may(
   ctx: AppContext,
@@ -41,10 +44,33 @@ export async function may(
   action: Action,
 ): Promise<Decision> {
   if (person.kind === 'admin') return { allowed: true };
+  const missing: Decision = {
+    allowed: false,
+    status: 404,
+    reason: `project ${projectId} does not exist`,
+  };
   const project = await getProjectRow(ctx.pool, projectId);
-  if (!project)
-    return { allowed: false, status: 403, reason: `project ${projectId} does not exist` };
+  if (!project) return missing;
   if (action === 'view' && project.visibility === 'public') return { allowed: true };
+  const decision = await decide(ctx, person, project, action);
+  if (decision.allowed || decision.status !== 403 || project.visibility === 'public') {
+    return decision;
+  }
+  // Refused: may they view it at all? Only a known permission that lets them read says yes.
+  if (action !== 'view' && 'viewable' in decision && decision.viewable) {
+    return { allowed: false, status: 403, reason: decision.reason };
+  }
+  return missing;
+}
+
+type Inner = Decision | { allowed: false; status: 403; reason: string; viewable: boolean };
+
+async function decide(
+  ctx: AppContext,
+  person: Person & { kind: 'forge' },
+  project: NonNullable<Awaited<ReturnType<typeof getProjectRow>>>,
+  action: Action,
+): Promise<Inner> {
   const who = `@${person.login}`;
   const name = forgeName(person.forge);
   if (project.forge !== person.forge) {
@@ -118,6 +144,7 @@ export async function may(
     }
   }
   if (permits(permission, action)) return { allowed: true };
+  const viewable = permits(permission, 'view');
   const has =
     permission === 'none'
       ? `no access to ${project.repo}`
@@ -126,6 +153,7 @@ export async function may(
     allowed: false,
     status: 403,
     reason: `${name} says ${who} has ${has}; ${ACTION_WORDS[action]} needs ${ACTION_NEEDS[action]} access.`,
+    viewable,
   };
 }
 
@@ -139,6 +167,7 @@ export async function requireMay(
   const decision = await may(ctx, person, projectId, action);
   if (decision.allowed) return;
   if (decision.status === 503) throw new UnavailableError(decision.reason, { retryAfterS: 5 });
+  if (decision.status === 404) throw new NotFoundError(decision.reason);
   throw new ForbiddenError(decision.reason);
 }
 

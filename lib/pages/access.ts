@@ -11,7 +11,7 @@ export const JOB_LINK_TTL_S = 90 * 24 * 3600;
 export const SESSION_TTL_S = 7 * 24 * 3600;
 export const SESSION_COOKIE = 'conductor_session';
 
-type Purpose = 'job-link' | 'session' | 'csrf';
+type Purpose = 'job-link' | 'session' | 'csrf' | 'sign-in';
 
 // One derived key per purpose and key, so a signature made for one purpose
 // never verifies as another, and the secret key itself never signs.
@@ -123,4 +123,50 @@ export function sessionCookie(value: string | null, host: string | undefined): s
   const secure = isLoopbackHost(host) ? '' : '; Secure';
   const life = value === null ? '; Max-Age=0' : `; Max-Age=${SESSION_TTL_S}`;
   return `${SESSION_COOKIE}=${value ?? ''}; Path=/; HttpOnly; SameSite=Strict${secure}${life}`;
+}
+
+/**
+ * A sign-in on its way through the forge, kept in the browser's cookie (not
+ * in the database: starting a sign-in must not wake a paused one): its state,
+ * PKCE verifier, where to go afterwards and when it started, under an HMAC.
+ */
+export interface SignInState {
+  forge: string;
+  state: string;
+  verifier: string;
+  next: string;
+  /** On the people clock (lib/people/clock.ts), in ms. */
+  startedMs: number;
+}
+
+/** The cookie value of a sign-in's state. */
+export function sealSignIn(keyring: Keyring, s: SignInState): string {
+  const body = Buffer.from(
+    JSON.stringify([s.forge, s.state, s.verifier, s.next, s.startedMs]),
+    'utf8',
+  ).toString('base64url');
+  return `${body}.${mac(primary(keyring), 'sign-in', body).toString('base64url')}`;
+}
+
+/** The sign-in a cookie value stands for, or null when it is not one this server sealed. */
+export function openSignIn(keyring: Keyring, value: string | undefined): SignInState | null {
+  const match = value ? /^([A-Za-z0-9_-]{1,3800})\.([A-Za-z0-9_-]{43})$/.exec(value) : null;
+  if (!match || !verifies(keyring, 'sign-in', match[1]!, match[2]!)) return null;
+  try {
+    const [forge, state, verifier, next, startedMs] = JSON.parse(
+      Buffer.from(match[1]!, 'base64url').toString('utf8'),
+    ) as unknown[];
+    if (
+      typeof forge !== 'string' ||
+      typeof state !== 'string' ||
+      typeof verifier !== 'string' ||
+      typeof next !== 'string' ||
+      typeof startedMs !== 'number'
+    ) {
+      return null;
+    }
+    return { forge, state, verifier, next, startedMs };
+  } catch {
+    return null;
+  }
 }

@@ -32,9 +32,11 @@ import {
   csrfToken,
   isLoopbackHost,
   newSession,
+  openSignIn,
   readSession,
   SESSION_COOKIE,
   type Session,
+  sealSignIn,
   sessionCookie,
   verifyCsrf,
   verifyJobLink,
@@ -128,8 +130,20 @@ export async function signedInAs(
   return person ? { session, person } : null;
 }
 
-/** A refusal as a page: 403 with the reason, or 503 when the forge did not answer. */
-export function refused(status: 403 | 503, reason: string, viewer: Viewer): Reply {
+/**
+ * A refusal as a page: 403 with the reason, 503 when the forge did not
+ * answer, or, for a person who may not even view the project, the same 404
+ * as for a project (or, with `jobId`, a job) that does not exist.
+ */
+export function refused(
+  status: 403 | 404 | 503,
+  reason: string,
+  viewer: Viewer,
+  jobId?: string,
+): Reply {
+  if (status === 404) {
+    throw new NotFoundError(jobId ? `job ${jobId} does not exist` : reason);
+  }
   return htmlReply(status, renderError(status, reason, viewer), {
     ...(status === 503 ? { headers: { 'retry-after': '5' } } : {}),
   });
@@ -225,7 +239,15 @@ async function jobAccess(
     const viewer = viewerOf(ctx, who.session);
     if (who.person.kind === 'forge') {
       const decision = await people.may(ctx, who.person, await projectOfJob(ctx, jobId), 'view');
-      if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
+      if (!decision.allowed) {
+        // The forge refused (or did not answer): the link of a commit status
+        // still opens its job's page, as it does signed out.
+        const sig = event.queryStringParameters?.sig;
+        if (sig !== undefined && verifyJobLink(ctx.keyring, jobId, sig)) {
+          return { jobId, viewer: { ...viewer, sig } };
+        }
+        return refused(decision.status, decision.reason, viewer, jobId);
+      }
     }
     return { jobId, viewer };
   }
@@ -260,28 +282,42 @@ export async function projectOfJob(ctx: AppContext, jobId: string): Promise<stri
   return rows[0].project_id;
 }
 
-/** The projects a person signed in with a forge may read (each asked of the forge, cached). */
+/**
+ * The projects a person signed in with a forge may read, each asked of the
+ * forge (the answers are kept five minutes), all at once under one deadline
+ * for the page: the sign-in timeout. `unanswered` when the forge did not
+ * answer about some of them in time (they are left out).
+ */
 async function readableProjects(
   ctx: AppContext,
   people: PeopleGate,
   person: Person & { kind: 'forge' },
-): Promise<string[]> {
+): Promise<{ ids: string[]; unanswered: boolean }> {
   const { rows } = await ctx.pool.query<{ id: string }>(
     'select id from projects where forge = $1 order by id',
     [person.forge],
   );
-  // A few questions at a time: the first visit asks the forge about every
-  // project on it (the answers are then kept five minutes).
-  const allowed: string[] = [];
-  for (let i = 0; i < rows.length; i += 4) {
-    const some = await Promise.all(
-      rows
-        .slice(i, i + 4)
-        .map(async (p) => ((await people.may(ctx, person, p.id, 'view')).allowed ? p.id : null)),
-    );
-    allowed.push(...some.filter((id): id is string => id !== null));
-  }
-  return allowed;
+  const answers: (boolean | null)[] = rows.map(() => null);
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ctx.config.CONDUCTOR_SIGNIN_TIMEOUT_MS + 50);
+  });
+  const asked = Promise.all(
+    rows.map(async (p, i) => {
+      try {
+        const decision = await people.may(ctx, person, p.id, 'view');
+        answers[i] = decision.allowed ? true : decision.status === 503 ? null : false;
+      } catch {
+        // Left out, as unanswered: the page says some projects may be missing.
+      }
+    }),
+  );
+  await Promise.race([asked, deadline]);
+  clearTimeout(timer);
+  return {
+    ids: rows.filter((_, i) => answers[i] === true).map((p) => p.id),
+    unanswered: answers.some((a) => a === null),
+  };
 }
 
 /** Errors of a page as a page: the status and message a person can read. */
@@ -359,7 +395,7 @@ function jobForm(action: 'cancel' | 'rerun' | 'approve'): PageRoute {
     }
     if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
     const decision = await people.may(ctx, person, await projectOfJob(ctx, jobId), action);
-    if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
+    if (!decision.allowed) return refused(decision.status, decision.reason, viewer, jobId);
     const body = action === 'rerun' ? { failed_only: fields.get('failed_only') === 'true' } : {};
     const reply = await act(action, jobId.toLowerCase(), body, event, ctx, person);
     const created = (reply.body as { job_id?: string } | undefined)?.job_id;
@@ -391,7 +427,7 @@ const unblockForm: PageRoute = asPage(async (event, ctx, act, people) => {
   }
   if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
   const decision = await people.may(ctx, person, await projectOfJob(ctx, jobId), 'unblock');
-  if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
+  if (!decision.allowed) return refused(decision.status, decision.reason, viewer, jobId);
   const values: Record<string, string> = {};
   for (const [key, value] of fields) {
     if (key.startsWith('field.')) values[key.slice('field.'.length)] = value;
@@ -423,7 +459,7 @@ async function mayRun(
   people: PeopleGate,
   person: Person,
   projectId: string,
-): Promise<{ allowed: true } | { allowed: false; status: 403 | 503; reason: string }> {
+): Promise<{ allowed: true } | { allowed: false; status: 403 | 404 | 503; reason: string }> {
   return people.may(ctx, person, projectId, 'run');
 }
 
@@ -503,9 +539,12 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const who = await signedInAs(event, ctx);
     const viewer = viewerOf(ctx, who?.session ?? null);
     // A person signed in with a forge sees the projects that forge lets them read.
-    const only =
+    const readable =
       who?.person.kind === 'forge' ? await readableProjects(ctx, people, who.person) : undefined;
-    return htmlReply(200, await renderHome(ctx.pool, { ...viewer, only }));
+    const home = await renderHome(ctx.pool, { ...viewer, only: readable?.ids });
+    if (!readable?.unanswered || who?.person.kind !== 'forge') return htmlReply(200, home);
+    const notice = html`<p class="notice">${who.person.forge === 'github' ? 'GitHub' : 'Gitea'} did not answer; some projects may be missing. Reload in a moment.</p>`;
+    return htmlReply(200, home.replace('<h1>Projects</h1>', `<h1>Projects</h1>${notice}`));
   }),
   'GET /projects/{id}': asPage(async (event, ctx, _act, people) => {
     const id = pathParam(event, 'id');
@@ -606,11 +645,19 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     if (!forge) throw new NotFoundError(`there is no sign-in with ${name} here`);
     const next = safeNext(event.queryStringParameters?.next);
     const callback = callbackUrl(event, ctx, forge.forge);
-    const { url, state } = await startSignIn(ctx.pool, forge, callback, next);
+    // Nothing is written: the sign-in's state travels in the browser's sealed cookie.
+    const { url, state, verifier, startedMs } = await startSignIn(forge, callback);
+    const sealed = sealSignIn(ctx.keyring, {
+      forge: forge.forge,
+      state,
+      verifier,
+      next,
+      startedMs,
+    });
     return {
       status: 302,
       headers: { location: url, 'cache-control': 'no-store' },
-      cookies: [signInCookie(state, forge.forge, header(event, 'host'))],
+      cookies: [signInCookie(sealed, forge.forge, header(event, 'host'))],
     };
   }),
   'GET /login/{forge}/callback': asPage(async (event, ctx, _act, people) => {
@@ -627,7 +674,8 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
         forge,
         callback,
         new URL(`${callback}?${event.rawQueryString ?? ''}`),
-        cookie(event, STATE_COOKIE),
+        // The cookie verifies before the database is asked anything.
+        openSignIn(ctx.keyring, cookie(event, STATE_COOKIE)),
       );
       const cookieSession = newSession(ctx.keyring, ctx.adminToken);
       await createSession(ctx.pool, cookieSession.id, cookieSession.expiresS, {

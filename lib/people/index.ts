@@ -25,7 +25,9 @@ export {
 } from './sessions.ts';
 
 /** Whether a person may take an action, and if not, why (the 403's words), or that the forge did not answer (503). */
-export type Decision = { allowed: true } | { allowed: false; status: 403 | 503; reason: string };
+export type Decision =
+  | { allowed: true }
+  | { allowed: false; status: 403 | 404 | 503; reason: string };
 
 /** What the pages need of lib/app/people.ts, handed in by the api function. */
 export interface PeopleGate {

@@ -1,9 +1,14 @@
 // Sign-in with a forge's OAuth (GitHub's OAuth app flow, Gitea's and
 // Forgejo's OAuth2), through oauth4webapi: authorization code with PKCE
-// (S256) and a `state` that is kept here hashed, bound to the browser by a
-// cookie, and used once. Only identity is asked for (GitHub: no scope at all,
-// the public profile; Gitea: read:user); what a person may do is asked of the
-// forge with the project's own token at each action (lib/app/people.ts).
+// (S256) and a `state`. Starting a sign-in writes nothing: the state, the
+// PKCE verifier and where to go afterwards travel in the browser's cookie
+// under an HMAC (lib/pages/access.ts), so an anonymous visitor does not wake
+// a paused database. At the callback, once that cookie has verified, the
+// state is used up (its hash recorded in `oauth_states`, once), and the
+// provider's code is good once too. Only identity is asked for (GitHub: no
+// scope at all, the public profile; Gitea: read:user); what a person may do
+// is asked of the forge with the project's own token at each action
+// (lib/app/people.ts).
 //
 // Every call to the provider goes through the forge client
 // (lib/forge/client.ts): its address policy, no redirects, and a timeout.
@@ -65,32 +70,17 @@ function server(f: OAuthForge): oauth.AuthorizationServer {
 }
 
 /**
- * Starts a sign-in: keeps a new state (hashed) with its PKCE verifier and
- * where to go afterwards, and answers the provider's authorize URL and the
- * state for the browser's cookie.
+ * Starts a sign-in, touching no database: a new state and PKCE verifier, and
+ * the provider's authorize URL. The caller keeps state and verifier in the
+ * browser's sealed cookie.
  */
 export async function startSignIn(
-  pool: Pool,
   f: OAuthForge,
   redirectUri: string,
-  next: string,
-): Promise<{ url: string; state: string }> {
+): Promise<{ url: string; state: string; verifier: string; startedMs: number }> {
   const state = oauth.generateRandomState();
   const verifier = oauth.generateRandomCodeVerifier();
   const challenge = await oauth.calculatePKCECodeChallenge(verifier);
-  await transaction(pool, async (tx) => {
-    await tx.query(
-      `insert into oauth_states (state_hash, forge, code_verifier, next, created_at)
-       values ($1, $2, $3, $4, to_timestamp($5))`,
-      [hash(state), f.forge, verifier, next, peopleNow() / 1000],
-    );
-    // States nobody came back with: a few at a time, on the way.
-    await tx.query(
-      `delete from oauth_states where state_hash in (
-         select state_hash from oauth_states where created_at < to_timestamp($1) limit 100)`,
-      [peopleNow() / 1000 - STATE_TTL_S],
-    );
-  });
   const url = new URL(server(f).authorization_endpoint!);
   url.searchParams.set('client_id', f.clientId);
   url.searchParams.set('redirect_uri', redirectUri);
@@ -99,7 +89,16 @@ export async function startSignIn(
   url.searchParams.set('state', state);
   url.searchParams.set('code_challenge', challenge);
   url.searchParams.set('code_challenge_method', 'S256');
-  return { url: url.href, state };
+  return { url: url.href, state, verifier, startedMs: peopleNow() };
+}
+
+/** What the browser's sealed cookie said of its sign-in (null: no cookie, or not one of ours). */
+export interface KeptSignIn {
+  forge: string;
+  state: string;
+  verifier: string;
+  next: string;
+  startedMs: number;
 }
 
 /** The fetch oauth4webapi uses: the forge client's, with its address policy and timeout. */
@@ -147,9 +146,10 @@ function providerWords(err: unknown): string {
 
 /**
  * Finishes a sign-in where the provider sent the person back: the state must
- * be the browser's (its cookie) and one this server gave out, unused and not
- * older than ten minutes (it is used up here whatever happens next); then the
- * code is exchanged with the PKCE verifier and the person's login read.
+ * be the one of the browser's sealed cookie (`kept`, verified by the caller
+ * before anything else), for this forge, not older than ten minutes, and
+ * unused: it is used up here, in the database, whatever happens next. Then
+ * the code is exchanged with the PKCE verifier and the person's login read.
  * Anything wrong is a SignInError with words for the person; no session is
  * made by this function.
  */
@@ -158,34 +158,45 @@ export async function finishSignIn(
   f: OAuthForge,
   redirectUri: string,
   callback: URL,
-  browserState: string | undefined,
+  kept: KeptSignIn | null,
 ): Promise<{ login: string; next: string }> {
   const name = forgeName(f.forge);
   const state = callback.searchParams.get('state');
-  if (!state || !browserState || state !== browserState) {
+  if (!state || !kept || kept.forge !== f.forge || state !== kept.state) {
     throw new SignInError(
       400,
       'This sign-in did not start in this browser, or its state was changed on the way: nobody was signed in. Start again from the sign-in page.',
     );
   }
-  // Used up here, once: of two callbacks with the same state, the one whose
-  // delete comes second sees the row gone (after a retry on 40001 under
-  // REPEATABLE READ) and signs nobody in.
-  const kept = await transaction(pool, async (tx) => {
-    const { rows } = await tx.query<{ code_verifier: string; next: string }>(
-      `delete from oauth_states
-        where state_hash = $1 and forge = $2 and created_at > to_timestamp($3)
-       returning code_verifier, next`,
-      [hash(state), f.forge, peopleNow() / 1000 - STATE_TTL_S],
-    );
-    return rows[0];
-  });
-  if (!kept) {
-    throw new SignInError(
+  const tooLate = () =>
+    new SignInError(
       400,
       'This sign-in was already used, or took longer than ten minutes: nobody was signed in. Start again from the sign-in page.',
     );
+  const nowMs = peopleNow();
+  if (nowMs - kept.startedMs > STATE_TTL_S * 1000 || kept.startedMs > nowMs + 60_000) {
+    throw tooLate();
   }
+  // Used up here, once: of two callbacks with the same state, the one whose
+  // insert comes second finds the row there (after a retry on 40001 under
+  // REPEATABLE READ) and signs nobody in.
+  const fresh = await transaction(pool, async (tx) => {
+    const { rows } = await tx.query(
+      `insert into oauth_states (state_hash, forge, created_at)
+       values ($1, $2, to_timestamp($3))
+       on conflict (state_hash) do nothing
+       returning 1`,
+      [hash(state), f.forge, kept.startedMs / 1000],
+    );
+    // Used states older than the time a state lasts are of no more use: a few at a time.
+    await tx.query(
+      `delete from oauth_states where state_hash in (
+         select state_hash from oauth_states where created_at < to_timestamp($1) limit 100)`,
+      [nowMs / 1000 - STATE_TTL_S - 60],
+    );
+    return rows.length === 1;
+  });
+  if (!fresh) throw tooLate();
   const as = server(f);
   const client: oauth.Client = { client_id: f.clientId };
   let params: URLSearchParams;
@@ -214,7 +225,7 @@ export async function finishSignIn(
       oauth.ClientSecretPost(f.clientSecret),
       params,
       redirectUri,
-      kept.code_verifier,
+      kept.verifier,
       options,
     );
     accessToken = (await oauth.processAuthorizationCodeResponse(as, client, response)).access_token;

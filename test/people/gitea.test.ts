@@ -91,7 +91,7 @@ test("a Gitea owner may see the project's jobs; Gitea was asked with the project
   assert.match(home, /href="\/projects\/tea"/);
 });
 
-test('a Gitea person is not answered for a project on another Gitea or on GitHub: ask an admin', async () => {
+test('a Gitea person sees a private project on another Gitea or on GitHub exactly as a missing one', async () => {
   await createProject(stack, {
     id: 'elsewhere',
     name: 'elsewhere',
@@ -111,10 +111,16 @@ test('a Gitea person is not answered for a project on another Gitea or on GitHub
   });
   oauth.setPermission('acme/tea', 'olga', 'owner');
   const cookie = await signInAs('olga');
+  // Neither the repository nor the other Gitea's address is told: a 404 as for no project.
   const other = await fetch(`${stack.url}/projects/elsewhere`, { headers: { cookie } });
-  assert.equal(other.status, 403);
-  assert.match(await other.text(), /lives on another \(https:\/\/other.example\): ask an admin/);
+  assert.equal(other.status, 404);
+  const otherText = await other.text();
+  assert.match(otherText, /project elsewhere does not exist/);
+  assert.doesNotMatch(otherText, /other\.example|acme\/brew/);
   const hub = await fetch(`${stack.url}/projects/hub`, { headers: { cookie } });
-  assert.equal(hub.status, 403);
-  assert.match(await hub.text(), /You signed in with Gitea, and hub lives on GitHub/);
+  assert.equal(hub.status, 404);
+  assert.match(await hub.text(), /project hub does not exist/);
+  const none = await fetch(`${stack.url}/projects/nowhere`, { headers: { cookie } });
+  assert.equal(none.status, 404);
+  assert.match(await none.text(), /project nowhere does not exist/);
 });

@@ -134,12 +134,14 @@ test('a person signed in with GitHub sees a private job page when GitHub says th
   assert.equal(asked[0]!.repo, REPO);
 });
 
-test('someone GitHub gives no access to the repository is refused the private page with the reason', async () => {
+test('someone GitHub gives no access to the repository finds the private page as if it did not exist', async () => {
   const jobId = await finishedJob('stranger');
   const cookie = await signInAs('stranger');
   const res = await page(`/jobs/${jobId}`, cookie);
-  assert.equal(res.status, 403);
-  assert.match(await res.text(), /GitHub says @stranger has no access to acme\/app/);
+  assert.equal(res.status, 404);
+  const text = await res.text();
+  assert.match(text, new RegExp(`job ${jobId} does not exist`));
+  assert.doesNotMatch(text, /acme\/app/, 'the private repository is not named');
   const home = await (await page('/', cookie)).text();
   assert.doesNotMatch(home, /href="\/projects\/people"/, 'the front page leaves the project out');
 });
@@ -247,8 +249,9 @@ test('a person whose write access is removed keeps it no longer than five minute
   // Past five minutes: asked again, and refused.
   now += 31_000;
   const res = await post(`/jobs/${second}/rerun`, cookie, { csrf });
-  assert.equal(res.status, 403);
-  assert.match(await res.text(), /GitHub says @rob has no access to acme\/app/);
+  // No access at all: the job is, to rob, one that does not exist.
+  assert.equal(res.status, 404);
+  assert.match(await res.text(), new RegExp(`job ${second} does not exist`));
   assert.equal(oauth.permissionRequests.filter((r) => r.login === 'rob').length, asked + 1);
 });
 
@@ -279,15 +282,30 @@ test("a writer's Cancel of a running job is audited as them; a new forge token m
 });
 
 test('a project without a forge token answers "ask an admin" instead of guessing', async () => {
-  await e2e.addProject({ forge: 'github', id: 'tokenless', repo: 'acme/tokenless' });
+  // Public: anyone may view it, and running it needs a question Conductor cannot ask.
+  await e2e.addProject({
+    forge: 'github',
+    id: 'tokenless',
+    repo: 'acme/tokenless',
+    visibility: 'public',
+  } as never);
   oauth.setPermission('acme/tokenless', 'rita', 'admin');
   const cookie = await signInAs('rita');
-  const res = await page('/projects/tokenless', cookie);
+  assert.equal((await page('/projects/tokenless', cookie)).status, 200);
+  const csrf = await csrfOf('/projects/tokenless', cookie);
+  const res = await post('/projects/tokenless/run', cookie, { csrf, ref: 'main' });
   assert.equal(res.status, 403);
   assert.match(
     await res.text(),
     /tokenless has no forge token, so Conductor cannot ask GitHub what @rita may do: ask an admin/,
   );
+  // Private: nothing to tell a person Conductor cannot ask about; the same 404 as no project.
+  await e2e.addProject({ forge: 'github', id: 'tokenless-private', repo: 'acme/hidden' });
+  const hidden = await page('/projects/tokenless-private', cookie);
+  assert.equal(hidden.status, 404);
+  const text = await hidden.text();
+  assert.match(text, /project tokenless-private does not exist/);
+  assert.doesNotMatch(text, /acme\/hidden/);
 });
 
 test('a callback whose state was changed on the way makes no session', async () => {

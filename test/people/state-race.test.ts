@@ -1,7 +1,8 @@
 // A sign-in's state is good once, also when the callback comes twice at the
-// same moment (a double click, a replayed redirect): the state row is taken
-// by one DELETE ... RETURNING, so of two callbacks that both waited on it,
-// exactly one signs in. Proven on PostgreSQL with both callbacks held at the
+// same moment (a double click, a replayed redirect) with the same sealed
+// cookie: starting a sign-in writes nothing, and the callback records the
+// state as used with one INSERT ... ON CONFLICT DO NOTHING, so of two
+// callbacks that both waited on the table, exactly one signs in. Proven on PostgreSQL with both callbacks held at the
 // table until each is visibly waiting, then let go together.
 import assert from 'node:assert/strict';
 import { after, test } from 'node:test';
