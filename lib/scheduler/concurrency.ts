@@ -56,6 +56,34 @@ export async function joinGroupsTx(
       job.trusted,
     ],
   );
+  // A job started after a newer one (created first, compiled later): its
+  // tasks that a newer job's mode would have replaced or cancelled, had they
+  // been there when it started, are ended now, never to run after it.
+  const late = await tx.query<{ id: string; name: string }>(
+    `with newer as (
+       select distinct on (t.id) t.id, n.concurrency_mode as mode, nj.number
+         from tasks t
+         join tasks n on n.concurrency_key = t.concurrency_key
+                     and n.job_created_at > t.job_created_at
+                     and n.concurrency_mode in ('replace_pending', 'cancel_running')
+         join jobs nj on nj.id = n.job_id
+        where t.job_id = $1 and t.concurrency_key is not null
+          and t.state in ('queued', 'waiting', 'blocked')
+        order by t.id, n.job_created_at desc
+     )
+     update tasks t
+        set state = 'cancelled', finished_at = now(), queued_at = null,
+            error = format('%s by job #%s in group %s (%s)',
+                           case when w.mode = 'replace_pending' then 'replaced' else 'cancelled' end,
+                           w.number, t.concurrency_group, w.mode)
+       from newer w
+      where t.id = w.id
+      returning t.id, t.name`,
+    [job.id],
+  );
+  for (const row of late.rows) {
+    await skipReachable(tx, [row.id], `skipped: ${row.name} was cancelled`);
+  }
   if (!grouped.some((s) => s.concurrency?.mode !== 'queue')) return [];
   // Older jobs' tasks in the groups this job's tasks joined with a mode that
   // acts: queued ones cancelled; with cancel_running, running ones flagged

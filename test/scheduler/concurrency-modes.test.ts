@@ -4,8 +4,15 @@
 // the newer job starts; it is replaced, and the older commit is never
 // deployed after the newer.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { claimTask, completeTask, getJobView } from '../../lib/scheduler/index.ts';
+import {
+  claimTask,
+  completeTask,
+  createJob,
+  getJobView,
+  startJob,
+} from '../../lib/scheduler/index.ts';
 import { testDatabase } from '../helpers/db.ts';
 import { makeProject, makeWorker, startedJob } from '../helpers/fixtures.ts';
 import { laneSpec, newLane } from '../helpers/race.ts';
@@ -68,6 +75,40 @@ for (const mode of ['replace_pending', 'cancel_running'] as const) {
       ran,
       ['newer'],
       `the older commit is never deployed after the newer (${mode}); the older's deploy ended ${oldDeploy?.state}`,
+    );
+  });
+}
+
+for (const mode of ['replace_pending', 'cancel_running'] as const) {
+  test(`${mode}: an older job started after a newer one does not deploy after it`, async () => {
+    const project = await makeProject(pool);
+    const worker = await makeWorker(pool);
+    const lane = newLane();
+    const concurrency = { group: 'deploy-main', limit: 1, mode };
+    const mk = () =>
+      createJob(pool, {
+        projectId: project,
+        // Branches of their own: cancel_superseded leaves them to the group.
+        ref: `refs/heads/b-${randomBytes(3).toString('hex')}`,
+        sha: randomBytes(20).toString('hex'),
+        trigger: 'push',
+        trusted: true,
+      });
+    const older = (await mk()).job; // created first
+    const newer = (await mk()).job;
+    const tasks = [{ ...laneSpec(lane, 'deploy', { concurrency }), position: 0 }];
+    await startJob(pool, newer.id, { name: null, tasks }); // compiled first
+    await startJob(pool, older.id, { name: null, tasks });
+    const got = await claimTask(pool, worker, [lane]);
+    assert.equal(got?.job_id, newer.id, 'the newer job deploys');
+    assert.equal(await claimTask(pool, worker, [lane]), null, 'the older job never deploys');
+    const view = await getJobView(pool, older.id);
+    const deploy = view.tasks.find((t) => t.name === 'deploy');
+    assert.equal(deploy?.state, 'cancelled');
+    const verb = mode === 'replace_pending' ? 'replaced' : 'cancelled';
+    assert.equal(
+      (deploy as { error?: string | null } | undefined)?.error,
+      `${verb} by job #${newer.number} in group deploy-main (${mode})`,
     );
   });
 }
