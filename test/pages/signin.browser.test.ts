@@ -100,12 +100,12 @@ test("a writer's Rerun works and the job page says who did it; removed from the 
   // Removed from the repository: the cached answer stands for at most five minutes.
   oauth.setPermission(REPO, 'wanda', null);
   now += 5 * 60_000 + 1_000;
+  // No access at all: the job reads as one that does not exist, naming no repository.
   const res = await page.reload();
-  assert.equal(res?.status(), 403);
-  assert.match(
-    (await page.locator('main').textContent()) ?? '',
-    /GitHub says @wanda has no access to acme\/web/,
-  );
+  assert.equal(res?.status(), 404);
+  const main = (await page.locator('main').textContent()) ?? '';
+  assert.match(main, new RegExp(`job ${jobId} does not exist`));
+  assert.doesNotMatch(main, /acme\/web/);
 });
 
 test('a callback with a tampered state shows a page that says so, and signs nobody in', async () => {
