@@ -105,7 +105,9 @@ export async function compileJob(
 
   const trigger = {
     ref: job.ref,
-    event: job.trigger,
+    // A rerun of a job that never compiled is compiled as its original was
+    // triggered (its inputs and schedule are copied by lib/scheduler/rerun.ts).
+    event: job.trigger === 'rerun' ? await originalTrigger(pool, job.id) : job.trigger,
     baseRef: job.base_ref,
     schedule: job.schedule_name,
     inputs: job.inputs,
@@ -240,4 +242,20 @@ async function confirmTrust(
   // Another compile of this job settled it first: go on with what it settled.
   const now = await getJob(pool, job.id);
   return now?.state === 'pending' && now.confirm_writers === null ? 'pending' : 'not_pending';
+}
+
+/** The trigger of the job a rerun (of a rerun...) started from. */
+async function originalTrigger(pool: Pool, jobId: string): Promise<JobRow['trigger']> {
+  const { rows } = await pool.query<{ trigger: JobRow['trigger'] }>(
+    `with recursive chain(id, trigger, rerun_of, depth) as (
+       select id, trigger, rerun_of, 0 from jobs where id = $1
+       union all
+       select j.id, j.trigger, j.rerun_of, c.depth + 1
+         from jobs j join chain c on j.id = c.rerun_of
+        where c.depth < 1000
+     )
+     select trigger from chain order by depth desc limit 1`,
+    [jobId],
+  );
+  return rows[0]?.trigger ?? 'rerun';
 }

@@ -47,6 +47,10 @@ export async function rerunJob(
         pullRequest: old.pull_request,
         baseRef: old.base_ref,
         rerunOf: old.id,
+        // What the first run was given and which schedule made it: a rerun
+        // that compiles afresh (the first never compiled) compiles with them.
+        inputs: old.inputs,
+        scheduleName: old.schedule_name,
       });
       // A job that never compiled (its pipeline was broken or unreadable) has no
       // tasks to copy: compile the new one, which also picks up a forge that is
