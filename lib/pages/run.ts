@@ -16,13 +16,22 @@ interface DeclaredInput {
   options: string[] | null;
 }
 
-/** The inputs the project's latest compiled job declared: the Run form's fields. */
-async function declaredInputs(db: Queryable, projectId: string): Promise<DeclaredInput[]> {
+/**
+ * The inputs the latest compiled TRUSTED job of the ref declared: the Run
+ * form's fields. Never an untrusted job's (a fork's pull request could
+ * otherwise plant fields of its own on the form, such as one asking for a token).
+ */
+async function declaredInputs(
+  db: Queryable,
+  projectId: string,
+  ref: string,
+): Promise<DeclaredInput[]> {
+  const full = ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
   const { rows } = await db.query<{ declared_inputs: DeclaredInput[] | null }>(
     `select declared_inputs from jobs
-      where project_id = $1 and started_at is not null
+      where project_id = $1 and ref = $2 and trusted and started_at is not null
       order by number desc limit 1`,
-    [projectId],
+    [projectId, full],
   );
   return rows[0]?.declared_inputs ?? [];
 }
@@ -41,7 +50,8 @@ function field(input: DeclaredInput): Html {
 }
 
 /**
- * The Run form: a ref (default `main`) and a field per declared input,
+ * The Run form: a ref (default `main`) and a field per input the latest
+ * trusted job of that ref declared,
  * posted with the CSRF token to `/projects/{id}/run`. Only for a viewer who
  * may run (the caller asks lib/app/people.ts).
  */
@@ -51,11 +61,11 @@ export async function renderRunForm(
   csrf: string,
   defaultRef = 'main',
 ): Promise<Html> {
-  const inputs = await declaredInputs(db, projectId);
+  const inputs = await declaredInputs(db, projectId, defaultRef);
   return html`<h2>Run</h2><form method="post" action="/projects/${encodeURIComponent(projectId)}/run" data-run-form>
 <input type="hidden" name="csrf" value="${csrf}">
 <p><label for="run-ref">Branch or ref</label><br><input id="run-ref" name="ref" value="${defaultRef}" required></p>
-${inputs.map(field)}${inputs.length === 0 ? html`<p class="muted">The pipeline declares no inputs (as of its latest job).</p>` : ''}
+${inputs.map(field)}${inputs.length === 0 ? html`<p class="muted">The pipeline declares no inputs (as of the latest trusted job of ${defaultRef}).</p>` : ''}
 <p><button type="submit">Run</button></p>
 </form>`;
 }
