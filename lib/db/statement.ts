@@ -42,7 +42,7 @@ export interface StatementResult<R extends pg.QueryResultRow> {
  * when the statement locks or writes it, and the retry takes a fresh snapshot.
  * There is no transaction to carry the helper's timeouts: the claim, outcome
  * and follow-up are calls of functions that set their own lock_timeout
- * (migrations/002); the heartbeat and the worker check update one row by key
+ * (migrations/functions/); the heartbeat and the worker check update one row by key
  * and can wait only for transactions that carry them. Takes a pool, never the
  * client of an open transaction: a retry there would run in a transaction
  * that already failed. A statement that failed on a healthy connection keeps

@@ -1,7 +1,7 @@
 // Concurrency groups (`concurrency:` on a task): how many tasks of one group
 // may run at once, across jobs, and what a newer job does to the older ones
 // waiting or running in it. Pure: the group's name is resolved here; the
-// claim statement enforces the limit (migrations/013, conductor_claim).
+// claim statement enforces the limit (migrations/functions/conductor_claim.sql).
 import { z } from 'zod';
 import type { Trigger } from './glob.ts';
 

@@ -1,6 +1,6 @@
 // Concurrency groups at job start (issue #30): a job's tasks join their
 // groups, and a group's mode acts on the older jobs' tasks in it. The limit
-// itself is the claim statement's (conductor_claim, migrations/013): a task
+// itself is the claim statement's (migrations/functions/conductor_claim.sql): a task
 // of a group is claimable when it heads the group's queue and the group has
 // a free slot.
 import { type Pool, type Queryable, transaction } from '../db/index.ts';

@@ -359,7 +359,7 @@ export async function followUp(
  * was cancelled without allow_failure, else success), in a statement of its
  * own: call it after the writes that finished the job's tasks committed.
  * Conditional on 'running', so of two racing settles exactly one moves the
- * row and reports the new state; conductor_settle (migrations/002) also
+ * row and reports the new state; conductor_settle (migrations/functions/conductor_settle.sql) also
  * records the commit status to post, in the same commit.
  */
 export async function settleJobAfterCommit(pool: Pool, jobId: string): Promise<JobState | null> {
