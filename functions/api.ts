@@ -147,6 +147,7 @@ const routes: Record<string, Route> = {
         pathParam(event, 'id'),
         jsonBody(event, ProjectUpdateSchema),
         by,
+        ctx.gate,
       ),
     },
   }),

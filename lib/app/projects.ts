@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
+import { type IdleGate, openGate } from '../idle/gate.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
 import { forgetPermissions } from '../people/permissions.ts';
 import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
@@ -250,6 +251,8 @@ export async function findProjectByRepo(
 /**
  * Changes the given fields of a project; a `forge_token` of null removes the
  * token, and so does a change of `forge_url` that does not give it again.
+ * Enabling a disabled project opens the idle gate (`gate`), so its schedules
+ * and work are seen at once rather than at the weekly backstop sweep.
  */
 export async function updateProject(
   pool: Pool,
@@ -257,7 +260,9 @@ export async function updateProject(
   id: string,
   input: ProjectUpdate,
   by: Person = ADMIN_BEARER,
+  gate?: IdleGate,
 ): Promise<ProjectView> {
+  let enabledNow = false;
   const view = await transaction(pool, async (tx) => {
     const current = await getProjectRow(tx, id);
     if (!current) throw new NotFoundError(`project "${id}" does not exist`);
@@ -276,6 +281,7 @@ export async function updateProject(
         : input.forge_token === null
           ? null
           : encrypt(keyring, input.forge_token, sealContext.forgeToken(id));
+    enabledNow = input.enabled === true && !current.enabled;
     const { rows } = await tx.query<ProjectView>(
       `update projects
           set name = $2, repo_url = $3, forge_url = $4, forge_token_enc = $5, enabled = $6,
@@ -298,6 +304,9 @@ export async function updateProject(
     );
     return rows[0]!;
   });
+  // A closed gate keeps the wake time of the work it last saw, which left
+  // out this project's schedules: open it (as a schedule's create does).
+  if (enabledNow) await openGate(gate);
   // What the forge said of people was asked with the old token or URL.
   if (input.forge_token !== undefined || input.forge_url !== undefined) {
     await forgetPermissions(pool, id);
