@@ -4,7 +4,7 @@
 // prompt vouches for the answer, not for the code of an untrusted job.
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
-import { ForbiddenError, UnavailableError } from '../errors.ts';
+import { ForbiddenError, NotFoundError, UnavailableError } from '../errors.ts';
 import { unblockTask } from '../scheduler/block.ts';
 import { getJobOnly, getJobView, type TaskView } from '../scheduler/index.ts';
 import { ADMIN_BEARER, actorName, may, type Person } from './people.ts';
@@ -27,6 +27,8 @@ export async function mayUnblock(ctx: AppContext, person: Person, jobId: string)
   const decision = await may(ctx, person, job.project_id, 'unblock');
   if (!decision.allowed) {
     if (decision.status === 503) throw new UnavailableError(decision.reason);
+    // One who may not view the project finds no job there, as a missing one.
+    if (decision.status === 404) throw new NotFoundError(`job ${jobId} does not exist`);
     throw new ForbiddenError(decision.reason);
   }
   return actorName(person);
