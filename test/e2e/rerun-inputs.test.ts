@@ -29,6 +29,10 @@ tasks:
   deploy:
     labels: [r29]
     script: ["./deploy --dry-run=\${{ inputs.dry_run }}"]
+  announce:
+    labels: [r29-announce]
+    when: {trigger: [manual]}
+    script: ["./announce"]
 `,
 );
 git('add', '.');
@@ -70,6 +74,9 @@ test('a rerun of a manual run whose pipeline could not be read runs with the inp
   const task = (await claimTask(stack, worker.token, {})) as Task | null;
   // The runner is told to do a dry run, not a real deploy.
   assert.deepEqual(task?.script, ['./deploy --dry-run=true']);
+  // Compiled as the manual run it reruns: the manual-only task is part of it.
+  const names = (second.tasks as { name: string }[]).map((t) => t.name).sort();
+  assert.deepEqual(names, ['announce', 'deploy']);
 });
 
 test('a rerun of a manual run that failed on a mistyped input fails again naming it (its inputs are kept)', async () => {
