@@ -64,8 +64,8 @@ const PROJECT = '(select jp.project_id from jobs jp where jp.id = t.job_id)';
 // A task waiting for its concurrency group says which, who holds it and its
 // place in the group's queue (1: next).
 const GROUP_REASON = `case when t.state = 'queued' and t.concurrency_key is not null
-    and ((select count(*) from tasks h
-           where h.concurrency_key = t.concurrency_key and h.state = 'running') >= t.concurrency_limit
+    and ((select count(*) >= least(t.concurrency_limit, min(h.concurrency_limit)) from tasks h
+           where h.concurrency_key = t.concurrency_key and h.state = 'running')
          or exists (select 1 from tasks o
                      where o.concurrency_key = t.concurrency_key and o.state = 'queued'
                        and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
@@ -79,15 +79,22 @@ const GROUP_REASON = `case when t.state = 'queued' and t.concurrency_key is not 
                       and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
   end`;
 
+// As the claim (migrations/functions/conductor_claim.sql) counts them: the
+// limit is the smallest of the job's and its holders', and only an older job
+// with a task to claim waits ahead (one waiting on a block does not).
+const QUEUED_TASK = `exists (select 1 from tasks q where q.job_id = o.id and q.state = 'queued')`;
+
 // A task of a job waiting for its pipeline's group (not holding it yet, and
 // not its turn or no slot free).
 const JOB_GROUP_REASON = `(select case when j.concurrency_key is not null and not j.group_held
          and t.state = 'queued'
-         and ((select count(*) from jobs h where h.concurrency_key = j.concurrency_key
-                 and h.state = 'running' and h.group_held) >= j.concurrency_limit
+         and ((select count(*) >= least(j.concurrency_limit, min(h.concurrency_limit))
+                 from jobs h where h.concurrency_key = j.concurrency_key
+                 and h.state = 'running' and h.group_held)
               or exists (select 1 from jobs o where o.concurrency_key = j.concurrency_key
                            and o.state = 'running' and not o.group_held
-                           and (o.created_at, o.id) < (j.created_at, j.id)))
+                           and (o.created_at, o.id) < (j.created_at, j.id)
+                           and ${QUEUED_TASK}))
     then format('waiting for group %s%s, position %s', j.concurrency_group,
                 coalesce(', held by ' || (select string_agg('job #' || h.number, ', ' order by h.created_at)
                                             from jobs h
@@ -95,7 +102,8 @@ const JOB_GROUP_REASON = `(select case when j.concurrency_key is not null and no
                                              and h.state = 'running' and h.group_held), ''),
                 1 + (select count(*) from jobs o
                       where o.concurrency_key = j.concurrency_key and o.state = 'running'
-                        and not o.group_held and (o.created_at, o.id) < (j.created_at, j.id)))
+                        and not o.group_held and (o.created_at, o.id) < (j.created_at, j.id)
+                        and ${QUEUED_TASK}))
     end
    from jobs j where j.id = t.job_id)`;
 

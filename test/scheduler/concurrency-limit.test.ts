@@ -3,7 +3,7 @@
 // a higher limit for the same group does not run beside a limit-1 holder.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { claimTask } from '../../lib/scheduler/index.ts';
+import { claimTask, getJobView } from '../../lib/scheduler/index.ts';
 import { testDatabase } from '../helpers/db.ts';
 import { makeProject, makeWorker, startedJob } from '../helpers/fixtures.ts';
 import { laneSpec, newLane } from '../helpers/race.ts';
@@ -19,12 +19,18 @@ test('a later job declaring limit 5 does not run beside the limit-1 holder of th
     laneSpec(lane, 'deploy', { concurrency: { group: 'prod', limit: 1, mode: 'queue' } }),
   ]);
   assert.ok(await claimTask(pool, worker, [lane]));
-  await startedJob(pool, project, [
+  const later = await startedJob(pool, project, [
     laneSpec(lane, 'deploy', { concurrency: { group: 'prod', limit: 5, mode: 'queue' } }),
   ]);
   assert.equal(
     await claimTask(pool, worker, [lane]),
     null,
     'the group runs one at a time as its holder says',
+  );
+  // The page says why, as the claim counts: the group is full at the holder's limit.
+  const view = await getJobView(pool, later.id);
+  assert.match(
+    view.tasks[0]?.queue_reason ?? '',
+    /^waiting for group prod, held by job #\d+, position 1$/,
   );
 });
