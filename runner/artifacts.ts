@@ -92,10 +92,32 @@ export async function pack(root: string, files: Found[], out: string): Promise<v
   );
 }
 
-/** Unpacks a tar.gz into `dir`; entries that would land outside it are refused by tar. */
+/** What an archive may hold: files, directories and links, nothing else. */
+const UNPACKED_TYPES = new Set(['File', 'OldFile', 'ContiguousFile', 'Directory', 'SymbolicLink']);
+
+/**
+ * Unpacks a tar.gz into `dir`; entries that would land outside it are refused
+ * by tar. Unprivileged whoever runs it: a root runner would otherwise keep the
+ * archive's owner (0/0) and a setuid bit a task set on its own file, handing
+ * the next task a setuid-root binary. So owners are never kept, modes keep
+ * only their permission bits (no setuid, setgid or sticky), and device files,
+ * FIFOs and hard links are left out.
+ */
 export async function unpack(file: string, dir: string): Promise<void> {
   await mkdir(dir, { recursive: true });
-  await tar.extract({ file, cwd: dir, strict: true, preservePaths: false, noChmod: false });
+  await tar.extract({
+    file,
+    cwd: dir,
+    strict: true,
+    preservePaths: false,
+    preserveOwner: false,
+    noChmod: false,
+    filter: (_path, entry) => {
+      if (!('type' in entry) || !UNPACKED_TYPES.has(entry.type)) return false;
+      if (typeof entry.mode === 'number') entry.mode &= 0o777;
+      return true;
+    },
+  });
 }
 
 /** The SHA-256 (hex) and size of a file. */
