@@ -29,7 +29,7 @@ import { ADMIN_BEARER } from '../people/sessions.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
 import { getJobOnly, type JobView } from '../scheduler/views.ts';
 import { audit, type Person } from './audit.ts';
-import { forgeToken, getProject, getProjectRow } from './projects.ts';
+import { branchSource, getProject, getProjectRow } from './projects.ts';
 import { InputValuesSchema } from './schedules.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { triggerJob } from './trigger.ts';
@@ -96,17 +96,7 @@ async function headOf(ctx: AppContext, projectId: string, ref: string): Promise<
   if (!project) throw new NotFoundError(`project "${projectId}" does not exist`);
   let head: Awaited<ReturnType<typeof resolveHead>>;
   try {
-    head = await resolveHead(
-      {
-        forge: project.forge,
-        repo: project.repo,
-        repoUrl: project.repo_url,
-        forgeUrl: project.forge_url,
-        githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
-        token: forgeToken(ctx.keyring, project),
-      },
-      ref,
-    );
+    head = await resolveHead(branchSource(ctx.config, ctx.keyring, project), ref);
   } catch (err) {
     if (err instanceof ForgeUnavailableError) {
       throw new UnavailableError(`${err.message}; give "sha" or try again`, { cause: err });

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
+import type { BranchSource } from '../forge/branch.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { type IdleGate, openGate } from '../idle/gate.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
@@ -362,6 +363,22 @@ export function forgeToken(
   return project.forge_token_enc === null
     ? null
     : decrypt(keyring, project.forge_token_enc, sealContext.forgeToken(project.id));
+}
+
+/** Where a project's branches are read (lib/forge/branch.ts), with its token opened. */
+export function branchSource(
+  config: { CONDUCTOR_GITHUB_API_URL: string },
+  keyring: Keyring,
+  project: ProjectRow,
+): BranchSource {
+  return {
+    forge: project.forge,
+    repo: project.repo,
+    repoUrl: project.repo_url,
+    forgeUrl: project.forge_url,
+    githubApiUrl: config.CONDUCTOR_GITHUB_API_URL,
+    token: forgeToken(keyring, project),
+  };
 }
 
 export const SecretPutSchema = z.strictObject({ value: z.string().max(64 * 1024) });

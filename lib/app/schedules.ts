@@ -41,7 +41,7 @@ import {
 } from '../schedules/store.ts';
 import { SCHEDULE_CATCH_UP } from '../states.ts';
 import { audit, type Person } from './audit.ts';
-import { forgeToken, getProject, getProjectRow } from './projects.ts';
+import { branchSource, getProject, getProjectRow } from './projects.ts';
 import { triggerJob } from './trigger.ts';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
@@ -376,17 +376,7 @@ async function fireOne(
   if (!project) return 'lost';
   let head: HeadResult;
   try {
-    head = await resolveHead(
-      {
-        forge: project.forge,
-        repo: project.repo,
-        repoUrl: project.repo_url,
-        forgeUrl: project.forge_url,
-        githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
-        token: forgeToken(ctx.keyring, project),
-      },
-      s.ref,
-    );
+    head = await resolveHead(branchSource(ctx.config, ctx.keyring, project), s.ref);
   } catch (err) {
     if (!(err instanceof ForgeUnavailableError)) throw err;
     // Deferred, keeping its tick: tried again after a backoff (as long as
