@@ -382,6 +382,18 @@ const adminTokenIs = (given: string, adminToken: string) =>
     createHash('sha256').update(adminToken).digest(),
   );
 
+/** A form whose CSRF token does not hold: stale, or not sent from this site. */
+function staleForm(viewer: Viewer): Reply {
+  return htmlReply(
+    403,
+    renderError(
+      403,
+      'The form was stale or not sent from this site: reload the page and try again.',
+      viewer,
+    ),
+  );
+}
+
 /** A job form: a session and its CSRF token, then the admin route's own code. */
 function jobForm(action: 'cancel' | 'rerun' | 'approve'): PageRoute {
   return asPage(async (event, ctx, act, people) => {
@@ -392,14 +404,7 @@ function jobForm(action: 'cancel' | 'rerun' | 'approve'): PageRoute {
     const fields = form(event);
     const viewer = viewerOf(ctx, session);
     if (!verifyCsrf(ctx.keyring, session, fields.get('csrf') ?? undefined)) {
-      return htmlReply(
-        403,
-        renderError(
-          403,
-          'The form was stale or not sent from this site: reload the page and try again.',
-          viewer,
-        ),
-      );
+      return staleForm(viewer);
     }
     if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
     const decision = await people.may(ctx, person, await projectOfJob(ctx, jobId), action);
@@ -424,14 +429,7 @@ const unblockForm: PageRoute = asPage(async (event, ctx, act, people) => {
   const fields = form(event);
   const viewer = viewerOf(ctx, session);
   if (!verifyCsrf(ctx.keyring, session, fields.get('csrf') ?? undefined)) {
-    return htmlReply(
-      403,
-      renderError(
-        403,
-        'The form was stale or not sent from this site: reload the page and try again.',
-        viewer,
-      ),
-    );
+    return staleForm(viewer);
   }
   if (!UUID.test(jobId)) throw new NotFoundError(`job ${jobId} does not exist`);
   const decision = await people.may(ctx, person, await projectOfJob(ctx, jobId), 'unblock');
@@ -513,14 +511,7 @@ const runForm: PageRoute = asPage(async (event, ctx, act, people) => {
   const fields = form(event);
   const viewer = viewerOf(ctx, who.session);
   if (!verifyCsrf(ctx.keyring, who.session, fields.get('csrf') ?? undefined)) {
-    return htmlReply(
-      403,
-      renderError(
-        403,
-        'The form was stale or not sent from this site: reload the page and try again.',
-        viewer,
-      ),
-    );
+    return staleForm(viewer);
   }
   const decision = await mayRun(ctx, people, who.person, projectId);
   if (!decision.allowed) return refused(decision.status, decision.reason, viewer);
