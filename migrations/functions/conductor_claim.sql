@@ -19,6 +19,11 @@
 -- SKIP LOCKED passes over tasks other claimers hold right now; a task another
 -- claimer took and committed after this statement's snapshot raises 40001 when
 -- the walk reaches it, and the caller claims again with a fresh snapshot.
+-- To keep claimers from all walking into the head that one of them just took,
+-- the walk runs twice (issue #36): first over the tasks whose row no
+-- transaction touched since this snapshot (xmax zero, or of a transaction
+-- that had ended when the snapshot was taken), then, when that finds nothing,
+-- over all of them as before. See "The claim's first pass" below.
 -- Nothing claimable: no row, and (for a worker that is not ephemeral) nothing
 -- written.
 --
@@ -29,7 +34,7 @@
 --
 -- History: migrations 002 (first), 003 (pools), 004 (takeover), 007 (scope,
 -- ephemeral workers, keyed claims), 013 (concurrency groups), 017 (a group's
--- row written by each slot taken). Changing the
+-- row written by each slot taken); issue #36 (the first pass). Changing the
 -- arguments or the result type needs a numbered migration that drops the old
 -- function first (`create or replace` cannot change them).
 
@@ -50,6 +55,9 @@ declare
   v_task tasks;
   v_outputs jsonb;
   v_job_key text;
+  v_snap pg_snapshot;
+  v_next bigint;
+  v_pass integer;
 begin
   select * into v_worker from workers w where w.id = p_worker;
   if not found then
@@ -117,9 +125,51 @@ begin
       -- (skipped; the next task of the group is not the head) or, once the
       -- first committed, its row changed (40001, and the retry counts the
       -- new holder): two claimers never both take the last slot.
+      --
+      -- The claim's first pass (issue #36). Of 16 claimers that took their
+      -- snapshots together, all see the same head task queued; the first to
+      -- lock it commits, and every other one that reaches it after that
+      -- raises 40001 and starts over. That task's row shows it: its xmax is
+      -- the claimer's transaction, which had not ended when our snapshot was
+      -- taken. So pass 1 takes only tasks whose xmax is zero or belongs to
+      -- a transaction that ended before the snapshot (committed: then it
+      -- only locked the row, else we would see its new version; or aborted:
+      -- a claim that rolled back); locking such a row raises no 40001 unless
+      -- yet another claimer takes it between our snapshot and our lock.
+      -- Pass 2 is today's walk, without that filter: it runs only when pass
+      -- 1 found nothing, and takes what pass 1 passed over, so no row is
+      -- starved: a row a concurrent transaction only locked (FOR UPDATE,
+      -- SKIP LOCKED, a foreign key's KEY SHARE) and let go, a claim that
+      -- rolled back after our snapshot, a row whose xmax is a multixact.
+      -- Oldest-first holds as before: pass 1 passes over only rows a
+      -- transaction concurrent with our snapshot touched, which SKIP LOCKED
+      -- would pass over too while it runs (or raise 40001 once it committed).
+      -- The conditions are one query: the filter is `v_pass = 2 or ...`. An
+      -- empty claim searches the same partial index twice, and takes no xid
+      -- (reading the snapshot assigns none), so it still writes nothing.
+      --
+      -- xmax is a 32-bit xid; pg_visible_in_snapshot takes an xid8 (epoch
+      -- and xid). The snapshot's xmax (the first xid not yet assigned when
+      -- it was taken) is an xid8 v_next; every xid a live row can carry is
+      -- within 2^31 of it (wraparound protection freezes older ones), so the
+      -- xmax's xid8 is v_next plus the signed 32-bit distance from v_next's
+      -- low 32 bits to the xmax: negative for an xid assigned before the
+      -- snapshot, zero or positive for one assigned after (not visible).
+      -- A multixact's id is not an xid: the arithmetic may then name any
+      -- xid, which costs at most a 40001 or a skip (the lock still decides),
+      -- and a negative result is treated as not visible (pass 2 takes it).
+      v_snap := pg_current_snapshot();
+      v_next := pg_snapshot_xmax(v_snap)::text::bigint;
+      for v_pass in 1..2 loop
       select t.id into v_id
         from tasks t
        where t.state = 'queued'
+         and (v_pass = 2
+              or t.xmax = 0
+              or (select x >= 0 and pg_visible_in_snapshot(x::text::xid8, v_snap)
+                    from (select v_next
+                                 + (t.xmax::text::bigint - v_next % 4294967296 + 6442450944) % 4294967296
+                                 - 2147483648 as x) d))
          and t.trusted = v_trusted
          and t.labels <@ p_labels
          and (select j.state = 'running'
@@ -159,6 +209,8 @@ begin
        order by t.job_created_at, t.position
        limit 1
        for update of t skip locked;
+      exit when v_id is not null;
+      end loop;
       if v_id is null then
         return;
       end if;

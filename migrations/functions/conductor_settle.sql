@@ -6,11 +6,33 @@
 -- status to post, for a project with a forge token and a forge URL, with a
 -- summary such as "7 passed, 1 allowed to fail". Answers the new state, or
 -- null when the job is not running or has work left (a waiting, queued,
--- running or blocked task). Of two racing settles the second waits for the
--- job row and fails with 40001 when the first commits; run again with a fresh
--- snapshot, it answers null.
+-- running or blocked task), or when another settle of the job holds it.
 --
--- History: migrations 002 (first), 013 (blocked counts as work left).
+-- Two follow-ups that both see a job's last tasks finished both call this.
+-- Before issue #36 both updated the job row: the second waited for the first
+-- and failed with 40001 when it committed, to answer null on its retry. Now:
+-- 1. "running with nothing left" is read first, with no lock: false answers
+--    null, writing nothing (most follow-ups: siblings still running).
+-- 2. True: a transaction-level advisory lock keyed on the job id is tried,
+--    without waiting. Not obtained answers null at once: its holder is a
+--    settle of this job whose own check passed in its snapshot. It updates
+--    the job, or, if that raises 40001 (the job row changed after its
+--    snapshot), the library runs it again with a fresh snapshot and it
+--    settles then (or finds the job settled). Only its connection dying or
+--    its retries running out leaves the settle to the sweep: delayed, never
+--    lost. A settle whose snapshot still sees a sibling running stops at 1
+--    and takes no lock, so it never makes a settle that can succeed give up.
+-- 3. Obtained: the update and the outbox row as before. A settle that
+--    committed between our snapshot and our lock still makes the update
+--    raise 40001 (the lock was free again); the retry answers null.
+-- The lock's key is the pair of int4s of the job id's last 64 bits (its
+-- random part): the two-key space of advisory locks, which nothing else in
+-- Conductor uses (the migrator's and the tests' locks use one bigint, a
+-- different lock tag). Two jobs sharing a key (1 in 2^62 per pair) would at
+-- worst leave one settle to the sweep.
+--
+-- History: migrations 002 (first), 013 (blocked counts as work left); issue
+-- #36 (the check before the lock, the advisory lock).
 
 create or replace function conductor_settle(p_job uuid) returns text
 language plpgsql volatile
@@ -24,6 +46,21 @@ declare
   v_state text;
   v_project text;
 begin
+  if not exists (
+       select 1 from jobs j
+        where j.id = p_job
+          and j.state = 'running'
+          and not exists (
+                select 1 from tasks t
+                 where t.job_id = j.id and t.state in ('waiting', 'queued', 'running', 'blocked'))) then
+    return null;
+  end if;
+  if not pg_try_advisory_xact_lock(
+           ('x' || substr(replace(p_job::text, '-', ''), 17, 8))::bit(32)::integer,
+           ('x' || substr(replace(p_job::text, '-', ''), 25, 8))::bit(32)::integer) then
+    return null;
+  end if;
+
   update jobs j
      set state = case when exists (
                    select 1 from tasks t

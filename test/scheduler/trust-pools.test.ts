@@ -98,7 +98,11 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
   const query = `select t.id ${candidate}`
     .replace(/v_trusted/g, '$1')
     .replace(/p_labels/g, '$2')
-    .replace(/v_worker\.projects/g, '$3');
+    .replace(/v_worker\.projects/g, '$3')
+    // The first pass's filter (issue #36): one generic plan serves both passes.
+    .replace(/v_pass/g, '$4')
+    .replace(/v_snap/g, '$5')
+    .replace(/v_next/g, '$6');
   const client = await pool.connect();
   try {
     // The function's own settings (migrations/003), and the plan it keeps.
@@ -106,9 +110,11 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
     await client.query('set local enable_sort = off');
     await client.query('set local enable_bitmapscan = off');
     await client.query("set local plan_cache_mode = 'force_generic_plan'");
-    await client.query(`prepare candidate (boolean, text[], text[]) as ${query}`);
+    await client.query(
+      `prepare candidate (boolean, text[], text[], integer, pg_snapshot, bigint) as ${query}`,
+    );
     const plan = await client.query(
-      "explain (format json) execute candidate (false, '{bulk}', null)",
+      "explain (format json) execute candidate (false, '{bulk}', null, 1, pg_current_snapshot(), 0)",
     );
     const text = JSON.stringify(plan.rows[0]['QUERY PLAN']);
     await client.query('rollback');
