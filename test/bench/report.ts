@@ -82,6 +82,43 @@ export function targets(r: Results): Target[] {
     measured: `${f2(http)}×`,
     met: http === undefined ? undefined : http >= 0.6,
   });
+  // Issue #36: the library and the HTTP ceiling one after the other, as a
+  // request through the routes costs both: 1/(1/lib + 1/ceiling).
+  const ceiling16 = at16?.ceiling?.perSecond;
+  const serial =
+    lib16 && ceiling16 && lib16 > 0 && ceiling16 > 0 ? 1 / (1 / lib16 + 1 / ceiling16) : undefined;
+  const httpSerial = ratio(at16?.http?.perSecond, serial);
+  out.push({
+    name: 'HTTP ≥ 0.8× the serial bound 1/(1/library + 1/HTTP ceiling) (c=16; issue #36)',
+    measured: `${f2(httpSerial)}× (bound ${f0(serial)} cycles/s)`,
+    met: httpSerial === undefined ? undefined : httpSerial >= 0.8,
+  });
+  // Issue #36: 40001/40P01 retries of the claim per 1,000 claims, and of the
+  // follow-up's settle per 1,000 cycles.
+  for (const [c, limit] of [
+    [16, 10],
+    [64, 30],
+  ] as const) {
+    const lib = r.rows.find((row) => row.concurrency === c)?.library;
+    const claims = lib ? (lib.retries / Math.max(1, lib.claims)) * 1000 : undefined;
+    out.push({
+      name: `claim retries ≤ ${limit} per 1,000 claims (c=${c}; issue #36)`,
+      measured: lib ? `${f1(claims)} (${lib.retries} over ${lib.claims})` : '–',
+      met: claims === undefined ? undefined : claims <= limit,
+    });
+    const settles =
+      lib?.settleRetries === undefined
+        ? undefined
+        : (lib.settleRetries / Math.max(1, lib.done)) * 1000;
+    out.push({
+      name: `follow-up settle retries ≤ ${limit} per 1,000 cycles (c=${c}; issue #36)`,
+      measured:
+        lib && settles !== undefined
+          ? `${f1(settles)} (${lib.settleRetries} over ${lib.done})`
+          : '–',
+      met: settles === undefined ? undefined : settles <= limit,
+    });
+  }
   out.push({
     name: 'an empty claim writes no WAL in steady state',
     measured: r.wal ? `${r.wal.walBytes} bytes over ${r.wal.claims} claims` : '–',
