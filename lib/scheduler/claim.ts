@@ -46,8 +46,10 @@ export interface ClaimedTask extends TaskRow {
 // claim's live attempt again, or, within the worker's project scope, takes over an
 // expired lease of the worker's pool (docs/scheduling.md, "Lost runners") or
 // locks the oldest job's queued task the labels allow (FOR UPDATE SKIP
-// LOCKED: a task another claimer holds is passed over; one another claimer
-// took and committed after this statement's snapshot raises 40001, and the
+// LOCKED: a task another claimer holds is passed over; a first pass takes
+// only tasks no transaction touched since the snapshot, so one another
+// claimer took and committed after it is passed over too (issue #36); when
+// the fallback walk still reaches such a task it raises 40001, and the
 // claim is retried at once with a fresh snapshot), sets it running under a
 // new attempt and lease, and reads the job, the project and the outputs of
 // the task's needs. In one snapshot that is consistent: a task this claim

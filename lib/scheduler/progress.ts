@@ -359,8 +359,10 @@ export async function followUp(
  * was cancelled without allow_failure, else success), in a statement of its
  * own: call it after the writes that finished the job's tasks committed.
  * Conditional on 'running', so of two racing settles exactly one moves the
- * row and reports the new state; conductor_settle (migrations/functions/conductor_settle.sql) also
- * records the commit status to post, in the same commit.
+ * row and reports the new state; the other finds the first's advisory lock on
+ * the job and answers null without waiting (issue #36). conductor_settle
+ * (migrations/functions/conductor_settle.sql) also records the commit status
+ * to post, in the same commit.
  */
 export async function settleJobAfterCommit(pool: Pool, jobId: string): Promise<JobState | null> {
   const [row] = await statement<{ state: JobState | null }>(
