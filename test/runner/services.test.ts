@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import type { Task } from '../../runner/protocol.ts';
 import { SERVICE_LOG_BYTES, TaskServices } from '../../runner/services.ts';
+import { sendWebhook } from '../e2e/calls.ts';
+import { githubPullRequest } from '../forge/fixtures/github.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, fakeDockerDir, recordingDocker, tempDir, waitFor } from './support.ts';
 
@@ -224,6 +226,84 @@ test('cancelling a job while a service is being waited for stops the wait and re
   const network = commands[only(commands, /^network create /)]!.split(' ').at(-1)!;
   assert.ok(commands[only(commands, /^rm -f /)]!.split(' ').includes(`${network}-db`));
   assert.ok(!commands.some((c) => c.startsWith('run --rm')), 'the script was never started');
+});
+
+test("a fork's pull request (untrusted, on an untrusted runner) gets its services too, each with its own env and never a secret", async () => {
+  const secret = `svc-secret-${randomBytes(6).toString('hex')}`;
+  const f = await Fixture.create(
+    stack,
+    'services-fork',
+    `  test:
+    secrets: [API_KEY]
+    services:
+      db:
+        image: postgres:16
+        env: {POSTGRES_PASSWORD: test}
+        health: 'true'
+    script:
+      - echo "the key is [$API_KEY]"
+`,
+    {},
+    { API_KEY: secret },
+  );
+  const admin = { token: stack.adminToken };
+  const patched = await stack.call('PATCH', `/v1/projects/${f.project}`, {
+    ...admin,
+    body: { fork_pull_requests: 'run' },
+  });
+  assert.equal(patched.status, 200, patched.text);
+  const rotated = await stack.call('POST', `/v1/projects/${f.project}/webhook-secret`, admin);
+  const worker = await stack.call('POST', '/v1/workers', {
+    ...admin,
+    body: { name: 'services-fork-untrusted', labels: ['services-fork'], untrusted: true },
+  });
+  assert.equal(worker.status, 201, worker.text);
+  const docker = await recordingDocker();
+  await new Fixture(stack, f.project, worker.body.token, f.repo).runner({
+    ...docker.options,
+    untrusted: true,
+  });
+  const sent = await sendWebhook(
+    stack,
+    'github',
+    'pull_request',
+    githubPullRequest('opened', {
+      repo: `acme/${f.project}`,
+      number: 7,
+      headSha: f.repo.sha,
+      fromFork: true,
+    }),
+    { secret: rotated.body.webhook_secret },
+  );
+  assert.equal(sent.status, 202, sent.text);
+  const jobId = sent.body.job_id as string;
+  const view = await f.finished(jobId);
+  assert.equal((await stack.call('GET', `/v1/jobs/${jobId}`, admin)).body.job.trusted, false);
+  const task = view.tasks[0]!;
+  assert.equal(task.state, 'success', JSON.stringify(task));
+
+  const commands = await waitFor('the network to be removed', async () => {
+    const all = about(await docker.commands(), task.id);
+    return all.some((c) => c.startsWith('network rm ')) ? all : undefined;
+  });
+  const network = commands[only(commands, /^network create /)]!.split(' ').at(-1)!;
+  const start = only(commands, /^run --detach /);
+  const args = commands[start]!.split(' ');
+  assert.equal(args[args.indexOf('--network-alias') + 1], 'db');
+  assert.deepEqual(
+    args.flatMap((a, i) => (args[i - 1] === '--env' ? [a] : [])),
+    ['POSTGRES_PASSWORD=test'],
+  );
+  const script = only(commands, /^run --rm --init /);
+  assert.ok(commands[script]!.includes(` --network ${network} `), commands[script]);
+  assert.ok(start < script, commands.join('\n'));
+  assert.ok(
+    !commands.some((c) => c.includes(secret) || c.includes('API_KEY=')),
+    commands.join('\n'),
+  );
+  const log = await f.log(task.id);
+  assert.match(log, /^the key is \[\]$/m, 'an untrusted task gets no secret');
+  assert.match(log, /^--- service db \(postgres:16\) ---$/m);
 });
 
 test('a shell-executor runner fails a task with services at once, naming the executor, and runs nothing', async () => {
