@@ -22,12 +22,13 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                  [--fork-pull-requests approve|run|ignore] [--visibility private|public]
                  [--bot-pull-requests untrusted|trusted]
                                             create a project; prints its webhook secret once
-  project update ID [--name N] [--repo-url URL|PATH] [--forge-url URL]
+  project update ID [--name N] [--repo-url URL|PATH] [--forge-url URL | --drop-forge-url]
                  [--forge-token-file PATH|- | --drop-forge-token] [--enabled true|false]
                  [--cancel-superseded true|false] [--fork-pull-requests approve|run|ignore]
                  [--bot-pull-requests untrusted|trusted] [--visibility private|public]
                                             change the settings given (a new --forge-url
-                                            drops the stored token unless one is given too)
+                                            drops the stored token unless one is given too;
+                                            --drop-forge-url: back to the forge's public API)
   project show ID                           show a project
   worker create --name NAME [--labels a,b] [--untrusted]
                 [--projects a,b | --all-projects] [--ephemeral]
@@ -213,7 +214,7 @@ function adminToken(values: Record<string, unknown>, env: NodeJS.ProcessEnv): st
   const file = join(env.CONDUCTOR_DATA_DIR || '.conductor', 'admin-token');
   if (existsSync(file)) return readFileSync(file, 'utf8').trim();
   throw new UsageError(
-    'no admin token: pass --token, set CONDUCTOR_ADMIN_TOKEN, or run npm start first',
+    'no admin token: pass --token-file PATH, set CONDUCTOR_ADMIN_TOKEN, or run npm start first',
   );
 }
 
@@ -255,6 +256,7 @@ function parse(argv: string[]) {
       'forge-token': { type: 'string' },
       'forge-token-file': { type: 'string' },
       'drop-forge-token': { type: 'boolean' },
+      'drop-forge-url': { type: 'boolean' },
       enabled: { type: 'string' },
       'cancel-superseded': { type: 'string' },
       file: { type: 'string' },
@@ -389,6 +391,10 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         if (values['forge-token-file'] !== undefined && values['drop-forge-token']) {
           throw new UsageError('give --forge-token-file or --drop-forge-token, not both');
         }
+        if (values['forge-url'] !== undefined && values['drop-forge-url']) {
+          throw new UsageError('give --forge-url or --drop-forge-url, not both');
+        }
+        if (values['drop-forge-url']) changes.forge_url = null;
         if (values['drop-forge-token']) changes.forge_token = null;
         if (values['forge-token-file'] !== undefined) {
           changes.forge_token = await readValue(io, 'the forge token', values['forge-token-file']);
@@ -702,7 +708,6 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
   }
 }
 
-/** The ref a validate without --ref checks for: the current branch, or main, saying which. */
 /** `--input NAME=VALUE` flags as the inputs object, or undefined when none; a flag without `=` is a usage error. */
 function inputPairs(pairs: string[] | undefined): Record<string, string> | undefined {
   if (!pairs || pairs.length === 0) return undefined;
@@ -715,6 +720,7 @@ function inputPairs(pairs: string[] | undefined): Record<string, string> | undef
   return out;
 }
 
+/** The ref a validate without --ref checks for: the current branch, or main, saying which. */
 function currentRef(dir: string): { ref: string; why: string } {
   try {
     const branch = execFileSync('git', ['-C', dir, 'symbolic-ref', '--short', '-q', 'HEAD'], {
@@ -796,6 +802,8 @@ async function validate(args: string[], values: { ref?: string }, io: CtlIo): Pr
     const notes = [
       task.needs.length > 0 ? `needs ${task.needs.join(', ')}` : '',
       task.allowFailure ? 'allowed to fail' : '',
+      task.failFast && Object.keys(task.matrix).length > 0 ? 'fail fast' : '',
+      task.services?.length ? `services ${task.services.map((s) => s.name).join(', ')}` : '',
       task.secrets.length > 0 ? `secrets ${task.secrets.join(', ')}` : '',
       task.labels.length > 0 ? `labels ${task.labels.join(', ')}` : '',
     ].filter(Boolean);

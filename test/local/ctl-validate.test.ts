@@ -81,6 +81,53 @@ test('a valid file prints the tasks a push of the current branch runs, and those
   );
 });
 
+test('a matrix with exclude and include is shown expanded, keys in the order written, with fail_fast and services', async () => {
+  const dir = await folder(
+    'matrix',
+    {
+      '.conductor.yml': `version: 1
+tasks:
+  test:
+    image: node:22
+    fail_fast: true
+    services:
+      db: {image: postgres:16, health: pg_isready}
+    matrix:
+      node: ["20", "22"]
+      os: [linux, arm]
+      exclude: [{node: "20", os: arm}]
+      include: [{node: "23", os: linux, experimental: "true"}, {node: "22", os: arm, slow: "yes"}]
+    script: [npm test]
+`,
+    },
+    'main',
+  );
+  const { code, out } = await validate(dir);
+  assert.equal(code, 0, out);
+  assert.equal(
+    out,
+    [
+      '.conductor.yml: valid; a push of refs/heads/main (the current branch) runs 4 tasks:',
+      '  test (node: 20, os: linux)                      fail fast · services db',
+      '  test (node: 22, os: linux)                      fail fast · services db',
+      '  test (node: 22, os: arm, slow: yes)             fail fast · services db',
+      '  test (node: 23, os: linux, experimental: true)  fail fast · services db',
+    ].join('\n'),
+  );
+
+  // An exclude naming a key the matrix lacks is an error at its line and column.
+  await writeFile(
+    join(dir, '.conductor.yml'),
+    'version: 1\ntasks:\n  test:\n    matrix:\n      node: ["20"]\n      exclude: [{nod: "20"}]\n    script: [npm test]\n',
+  );
+  const bad = await validate(dir);
+  assert.equal(bad.code, 1, bad.out);
+  assert.match(
+    bad.out,
+    /^\.conductor\.yml:6:18: tasks\.test\.matrix\.exclude\[0\]\.nod: "nod" is not a key of this matrix \(did you mean "node"\?\)$/m,
+  );
+});
+
 test('--ref picks the ref: a tag runs what only keeps for tags', async () => {
   const dir = await folder('tag', { '.conductor.yml': PIPELINE }, 'main');
   const { code, out } = await validate(dir, '--ref', 'refs/tags/v1.2');

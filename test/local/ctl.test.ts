@@ -365,6 +365,27 @@ test('project update changes every PATCH field, reads the forge token from stdin
     false,
   );
   assert.match(moved.out, /the stored forge token was dropped with the old forge URL/);
+  assert.equal(
+    JSON.parse(moved.out.slice(0, moved.out.lastIndexOf('}') + 1)).project.forge_url,
+    'https://gitea.example',
+  );
+  // --drop-forge-url sends forge_url: null, back to the forge's public API.
+  const back = await ctl('project', 'update', 'cli', '--drop-forge-url');
+  assert.equal(back.code, 0, back.out);
+  assert.equal(
+    JSON.parse(back.out.slice(0, back.out.lastIndexOf('}') + 1)).project.forge_url,
+    null,
+  );
+  const both = await ctl(
+    'project',
+    'update',
+    'cli',
+    '--forge-url',
+    'https://x.example',
+    '--drop-forge-url',
+  );
+  assert.equal(both.code, 2);
+  assert.match(both.out, /^give --forge-url or --drop-forge-url, not both/);
   const again = await ctlWith(
     piped('second-token'),
     'project',
