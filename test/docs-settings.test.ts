@@ -151,6 +151,17 @@ function unknownCalls(markdown: string, usage: string): string[] {
     .map((c) => c.text);
 }
 
+/** The options (`--name`) of the `npm run ctl -- …` calls in a text that `usage` never mentions. */
+function unknownFlags(markdown: string, usage: string): string[] {
+  const known = new Set([...usage.matchAll(/--[a-z][a-z-]*/g)].map((m) => m[0]));
+  return documentedCtlCalls(markdown).flatMap(({ text }) =>
+    [...text.matchAll(/(?<![\w-])--[a-z][a-z-]*/g)]
+      .map((m) => m[0])
+      .filter((flag) => flag !== '--' && !known.has(flag))
+      .map((flag) => `${text}: ${flag}`),
+  );
+}
+
 const deployMd = read('docs/deploy.md');
 const readme = read('README.md');
 
@@ -221,6 +232,17 @@ describe('ctl commands in the docs', () => {
     const unknown = files.flatMap((f) => unknownCalls(read(f), USAGE).map((c) => `${f}: ${c}`));
     assert.deepEqual(unknown, []);
   });
+
+  test('every option such a call gives is one `ctl --help` lists', () => {
+    const files = [
+      'README.md',
+      ...readdirSync(new URL('docs/', ROOT))
+        .filter((f) => f.endsWith('.md'))
+        .map((f) => `docs/${f}`),
+    ];
+    const unknown = files.flatMap((f) => unknownFlags(read(f), USAGE).map((c) => `${f}: ${c}`));
+    assert.deepEqual(unknown, []);
+  });
 });
 
 describe('the checks themselves', () => {
@@ -258,6 +280,18 @@ describe('the checks themselves', () => {
     assert.deepEqual(unknownCalls(md, usage), [
       'npm run ctl -- --url "$API" joblist --project mine',
       'npm run ctl -- job watch JOB_ID',
+    ]);
+  });
+
+  test('an option that ctl --help does not list is reported', () => {
+    const usage =
+      'usage: ctl <command>\n\n  secret set --project ID --name NAME [--file PATH]   set\n';
+    const md = [
+      '`npm run ctl -- secret set --project mine --name A --file ./a`',
+      '`npm run ctl -- secret set --project mine --name A --value hunter2`',
+    ].join('\n');
+    assert.deepEqual(unknownFlags(md, usage), [
+      'npm run ctl -- secret set --project mine --name A --value hunter2: --value',
     ]);
   });
 });
