@@ -18,9 +18,12 @@
 --    settle of this job whose own check passed in its snapshot. It updates
 --    the job, or, if that raises 40001 (the job row changed after its
 --    snapshot), the library runs it again with a fresh snapshot and it
---    settles then (or finds the job settled). Only its connection dying or
---    its retries running out leaves the settle to the sweep: delayed, never
---    lost. A settle whose snapshot still sees a sibling running stops at 1
+--    settles then (or finds the job settled). Any other end of the holder
+--    leaves the settle to the sweep (delayed, never lost): its connection
+--    dying, its retries running out, or its update waiting out lock_timeout
+--    (55P03, not retried) on a job row that a silent promotion, cancel or
+--    fail_fast stop holds (before #36 both settles waited there and both
+--    gave up). A settle whose snapshot still sees a sibling running stops at 1
 --    and takes no lock, so it never makes a settle that can succeed give up.
 -- 3. Obtained: the update and the outbox row as before. A settle that
 --    committed between our snapshot and our lock still makes the update

@@ -374,16 +374,24 @@ export async function httpCeiling(
 export interface EmptyClaims {
   concurrency: number;
   perSecond: number;
+  /** Tasks of other labels queued while the claims ran (0: an empty queue). */
+  backlog: number;
 }
 
-/** Claims of a label nothing carries, for `ms` milliseconds, at `concurrency`. */
+/**
+ * Claims of a label nothing carries, for `ms` milliseconds, at `concurrency`,
+ * beside `backlog` queued tasks of another label (a runner polling while the
+ * queue holds only work for other runners: every claim walks past them).
+ */
 export async function emptyClaimRate(
   url: string,
   concurrency: number,
   ms: number,
+  backlog = 0,
 ): Promise<EmptyClaims> {
   const pool = createPool({ url, max: concurrency });
   try {
+    if (backlog > 0) await queueTasks(pool, backlog, 'jobs', 10);
     const label = freshLabel();
     const worker = await makeWorker(pool, [label]);
     let n = 0;
@@ -397,7 +405,7 @@ export async function emptyClaimRate(
         }
       }),
     );
-    return { concurrency, perSecond: n / ((nowMs() - start) / 1000) };
+    return { concurrency, perSecond: n / ((nowMs() - start) / 1000), backlog };
   } finally {
     await pool.end();
   }

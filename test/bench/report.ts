@@ -124,7 +124,7 @@ export function targets(r: Results): Target[] {
     measured: r.wal ? `${r.wal.walBytes} bytes over ${r.wal.claims} claims` : '–',
     met: r.wal ? r.wal.walBytes === 0 : undefined,
   });
-  const empty16 = r.empty.find((e) => e.concurrency === 16)?.perSecond;
+  const empty16 = r.empty.find((e) => e.concurrency === 16 && !(e.backlog > 0))?.perSecond;
   const emptyRatio = ratio(empty16, lib16);
   out.push({
     name: 'empty claims ≥ 5× the cycle rate (c=16)',
@@ -215,7 +215,15 @@ export function markdown(r: Results): string {
   lines.push('', '## Other measurements', '');
   lines.push('| measurement | value |', '|---|---|');
   for (const e of r.empty) {
-    lines.push(`| empty claims per second, library, c=${e.concurrency} | ${f0(e.perSecond)} |`);
+    if (e.backlog > 0) {
+      // Old results (before the field) have no backlog: undefined > 0 is false.
+      const plain = r.empty.find((p) => p.concurrency === e.concurrency && !(p.backlog > 0));
+      lines.push(
+        `| empty claims per second, library, c=${e.concurrency}, beside ${e.backlog} queued tasks of other labels | ${f0(e.perSecond)} (${f1(ratio(e.perSecond, plain?.perSecond))}× the rate with an empty queue) |`,
+      );
+    } else {
+      lines.push(`| empty claims per second, library, c=${e.concurrency} | ${f0(e.perSecond)} |`);
+    }
   }
   if (r.wal) {
     lines.push(

@@ -36,6 +36,7 @@ const P = quick
       otherLimitMs: 15_000,
       bareMs: 2_000,
       emptyMs: 2_000,
+      backlog: 1_000,
       walClaims: 1_000,
       latencySamples: 100,
       histories: [1_000, 100_000],
@@ -54,6 +55,7 @@ const P = quick
       otherLimitMs: 30_000,
       bareMs: 4_000,
       emptyMs: 3_000,
+      backlog: 1_000,
       walClaims: 2_000,
       latencySamples: 300,
       histories: [1_000, 1_000_000],
@@ -110,9 +112,21 @@ async function main(): Promise<void> {
   const work = await mkdtemp(join(tmpdir(), 'conductor-bench-'));
   progress(`${results.mode} run; embedded PostgreSQL under ${work} (fsync on)`);
   const pg = await startEmbeddedPostgres({ dataDir: join(work, 'pg'), removeOnStop: true });
-  const dbs = ['lib', 'http', 'hist', 'hook', 'lost', 'page', 'graphile', 'pgboss', 'bare'];
+  const dbs = [
+    'lib',
+    'http',
+    'hist',
+    'hook',
+    'lost',
+    'page',
+    'graphile',
+    'pgboss',
+    'bare',
+    'backlog',
+  ];
   for (const db of dbs) await pg.createDatabase(db);
-  for (const db of ['lib', 'http', 'hist', 'hook', 'lost', 'page']) await migrated(pg.url(db));
+  for (const db of ['lib', 'http', 'hist', 'hook', 'lost', 'page', 'backlog'])
+    await migrated(pg.url(db));
   const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
   try {
     for (const c of P.concurrencies) {
@@ -178,6 +192,11 @@ async function main(): Promise<void> {
         progress(`  ${fmt(r.perSecond)} empty claims/s`);
       });
     }
+    await step('empty claims c=1 beside a backlog of other labels', async () => {
+      const r = await emptyClaimRate(pg.url('backlog'), 1, P.emptyMs, P.backlog);
+      results.empty.push(r);
+      progress(`  ${fmt(r.perSecond)} empty claims/s beside ${r.backlog} queued tasks`);
+    });
     await step('WAL of empty claims', async () => {
       results.wal = await emptyClaimWal(pg.url('lib'), P.walClaims);
       progress(

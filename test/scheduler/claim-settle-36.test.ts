@@ -4,9 +4,9 @@
 // other side acts and commits (or rolls back), then the first goes on. No
 // assertion depends on who won a race.
 //
-// The claim's first pass (migrations/functions/conductor_claim.sql) takes the
-// oldest queued task that no transaction touched since its snapshot; the
-// fallback walk takes the rest. The settle (conductor_settle.sql) checks
+// The claim's walk (migrations/functions/conductor_claim.sql) locks the
+// oldest queued task that no transaction concurrent with its snapshot
+// touched; the touched ones it passed over are tried only after. The settle (conductor_settle.sql) checks
 // "nothing left" first, then tries an advisory lock keyed on the job, and a
 // settle that finds it held answers null at once.
 import assert from 'node:assert/strict';
@@ -127,7 +127,7 @@ test('a task whose xmax is a claim that rolled back is claimed first, in order',
     await a.end();
   }
   // 'one' carries the aborted claim's xid as xmax; 'two' carries none. Had the
-  // first pass passed over 'one', it would have answered 'two'.
+  // walk passed over 'one', it would have answered 'two'.
   const { rows } = await pool.query<{ touched: boolean }>(
     `select xmax <> 0 as touched from tasks where labels = $1::text[] and name = 'one'`,
     [[lane]],
@@ -147,8 +147,9 @@ for (const end of ['rollback', 'commit'] as const) {
       await locker.query('begin');
       await locker.query(`select id from tasks where labels = $1::text[] for update`, [[lane]]);
       await locker.query(end);
-      // The locker's xid is newer than A's snapshot: the first pass passes
-      // over the row, the fallback walk takes it (a lock alone raises no 40001).
+      // The locker's xid is newer than A's snapshot: the walk passes over
+      // the row, then takes it as nothing untouched is left (a lock alone
+      // raises no 40001).
       assert.equal(await claimIn(a, worker, lane), 'only');
       await a.query('commit');
     } finally {
@@ -158,14 +159,17 @@ for (const end of ['rollback', 'commit'] as const) {
   });
 }
 
-test('a task whose xmax is a multixact (two share lockers) is still claimed', async () => {
-  const { lane, worker } = await laneJob(['only']);
+/** Two transactions share-lock the lane's task `name` at once, then commit: its xmax is a multixact. */
+async function multixactOn(lane: string, name: string): Promise<void> {
   const l1 = await connection();
   const l2 = await connection();
   try {
     for (const l of [l1, l2]) {
       await l.query('begin');
-      await l.query(`select id from tasks where labels = $1::text[] for share`, [[lane]]);
+      await l.query(`select id from tasks where labels = $1::text[] and name = $2 for share`, [
+        [lane],
+        name,
+      ]);
     }
     await l1.query('commit');
     await l2.query('commit');
@@ -173,7 +177,92 @@ test('a task whose xmax is a multixact (two share lockers) is still claimed', as
     await l1.end();
     await l2.end();
   }
+}
+
+test('a task whose xmax is a multixact (two share lockers) is still claimed', async () => {
+  const { lane, worker } = await laneJob(['only']);
+  await multixactOn(lane, 'only');
   assert.equal((await claimTask(pool, worker, [lane], { retries: 0 }))?.name, 'only');
+});
+
+test('a free older task that a lock released after the snapshot passed over: that claim takes the younger, the next the older', async () => {
+  const { lane, worker } = await laneJob(['one', 'two']);
+  const a = await connection();
+  const locker = await connection();
+  try {
+    await snapshotNow(a);
+    await locker.query('begin');
+    await locker.query(
+      `select id from tasks where labels = $1::text[] and name = 'one' for update`,
+      [[lane]],
+    );
+    await locker.query('rollback');
+    // 'one' is free, but its xmax is a transaction A's snapshot saw neither
+    // ended nor begun: A's walk locks 'two' before it (docs/scheduling.md,
+    // the one exception to oldest-first).
+    assert.equal(await claimIn(a, worker, lane), 'two');
+    await a.query('commit');
+  } finally {
+    await a.end();
+    await locker.end();
+  }
+  // A claim whose snapshot follows the locker's end takes 'one'.
+  assert.equal((await claimTask(pool, worker, [lane], { retries: 0 }))?.name, 'one');
+});
+
+test('an older task whose xmax is a multixact is claimed before a younger one', async () => {
+  const { lane, worker } = await laneJob(['one', 'two']);
+  await multixactOn(lane, 'one');
+  const { rows } = await pool.query<{ xmax: string }>(
+    `select xmax::text from tasks where labels = $1::text[] and name = 'one'`,
+    [[lane]],
+  );
+  assert.notEqual(rows[0]!.xmax, '0');
+  assert.equal((await claimTask(pool, worker, [lane], { retries: 0 }))?.name, 'one');
+  assert.equal((await claimTask(pool, worker, [lane], { retries: 0 }))?.name, 'two');
+});
+
+test('the walk locks a row at once unless its xmax can be a transaction concurrent with the snapshot', async () => {
+  // conductor_claim_fresh on synthetic values: a multixact id is not an xid,
+  // so the xmax can read as any number. Only an xid the snapshot saw running,
+  // or one within 65,536 after the snapshot's xmax, is passed over; before
+  // the review's fix every xmax not visible in the snapshot was, which kept a
+  // task whose multixact id ran ahead of the xid counter behind younger ones
+  // while younger work kept arriving.
+  const next = 10_000_000_000n; // epoch 2
+  const snap = `9999999990:${next}:9999999995`; // xmin:xmax:xip
+  const low = (x: bigint) => (x % 4294967296n).toString();
+  const fresh = async (xmax: string): Promise<boolean> => {
+    const { rows } = await pool.query<{ f: boolean }>(
+      `select conductor_claim_fresh($1::xid, $2::pg_snapshot, $3::bigint) as f`,
+      [xmax, snap, next.toString()],
+    );
+    return rows[0]!.f;
+  };
+  assert.equal(await fresh('0'), true, 'untouched');
+  assert.equal(await fresh(low(next - 100n)), true, 'ended before the snapshot');
+  assert.equal(await fresh(low(9999999995n)), false, 'running at the snapshot');
+  assert.equal(await fresh(low(next)), false, 'the first xid after the snapshot');
+  assert.equal(await fresh(low(next + 65535n)), false, 'within the window');
+  assert.equal(await fresh(low(next + 65536n)), true, 'past the window: a multixact id');
+  assert.equal(await fresh(low(next + 2_000_000_000n)), true, 'far ahead: a multixact id');
+  assert.equal(await fresh(low(next - 2_000_000_000n)), true, 'far behind');
+  // Early in a cluster's life, an id that would name an xid before the first.
+  const { rows } = await pool.query<{ f: boolean }>(
+    `select conductor_claim_fresh('4000000000'::xid, '900:1000:'::pg_snapshot, 1000) as f`,
+  );
+  assert.equal(rows[0]!.f, true);
+});
+
+test('the claim inlines conductor_claim_fresh (no function call per row)', async () => {
+  const { rows } = await pool.query<{ plan: string }>(
+    `explain (verbose, costs off)
+       select t.id from tasks t
+        where conductor_claim_fresh(t.xmax, pg_current_snapshot(), 1000)`,
+  );
+  const plan = rows.map((r) => Object.values(r)[0]).join('\n');
+  assert.doesNotMatch(plan, /conductor_claim_fresh/);
+  assert.match(plan, /pg_visible_in_snapshot/);
 });
 
 test('claims keep oldest job first, then position', async () => {
@@ -198,7 +287,7 @@ test('claims keep oldest job first, then position', async () => {
   assert.deepEqual(got, ['j1-a', 'j1-b', 'j2-a']);
 });
 
-test('an empty claim takes no transaction id (writes nothing), though it searches twice', async () => {
+test('an empty claim takes no transaction id (writes nothing)', async () => {
   const { lane, worker } = await laneJob(['only']);
   const a = await connection();
   try {
@@ -206,6 +295,11 @@ test('an empty claim takes no transaction id (writes nothing), though it searche
     assert.equal(await claimIn(a, worker, `${lane}-none`), null);
     const { rows } = await a.query('select pg_current_xact_id_if_assigned() as x');
     assert.equal(rows[0].x, null);
+    // One walk of the claim index (the first version of #36 made two).
+    const scans = await a.query<{ n: string }>(
+      "select pg_stat_get_xact_numscans('tasks_claimable'::regclass)::text as n",
+    );
+    assert.equal(scans.rows[0]!.n, '1');
     await a.query('commit');
   } finally {
     await a.end();

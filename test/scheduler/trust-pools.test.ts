@@ -90,19 +90,18 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
     "select prosrc as src from pg_proc where proname = 'conductor_claim'",
   );
   assert.equal(rows.length, 1);
-  // The select that picks a queued task (a later migration may look elsewhere first).
-  const candidate = [...rows[0]!.src.matchAll(/select t\.id into v_id([\s\S]*?skip locked)/g)]
+  // The query whose rows the claim walks for a queued task (issue #36: a
+  // cursor in claim order; a later migration may look elsewhere first).
+  const candidate = [...rows[0]!.src.matchAll(/open c_cand for\s*(select[\s\S]*?);\n/g)]
     .map((m) => m[1]!)
     .find((q) => q.includes("t.state = 'queued'"));
-  assert.ok(candidate, 'the claim picks a queued task with one select');
-  const query = `select t.id ${candidate}`
+  assert.ok(candidate, 'the claim walks queued tasks with one query');
+  const query = candidate
     .replace(/v_trusted/g, '$1')
     .replace(/p_labels/g, '$2')
     .replace(/v_worker\.projects/g, '$3')
-    // The first pass's filter (issue #36): one generic plan serves both passes.
-    .replace(/v_pass/g, '$4')
-    .replace(/v_snap/g, '$5')
-    .replace(/v_next/g, '$6');
+    .replace(/v_snap/g, '$4')
+    .replace(/v_next/g, '$5');
   const client = await pool.connect();
   try {
     // The function's own settings (migrations/003), and the plan it keeps.
@@ -111,10 +110,10 @@ test("the claim's candidate query, as installed, walks its own pool in the claim
     await client.query('set local enable_bitmapscan = off');
     await client.query("set local plan_cache_mode = 'force_generic_plan'");
     await client.query(
-      `prepare candidate (boolean, text[], text[], integer, pg_snapshot, bigint) as ${query}`,
+      `prepare candidate (boolean, text[], text[], pg_snapshot, bigint) as ${query}`,
     );
     const plan = await client.query(
-      "explain (format json) execute candidate (false, '{bulk}', null, 1, pg_current_snapshot(), 0)",
+      "explain (format json) execute candidate (false, '{bulk}', null, pg_current_snapshot(), 0)",
     );
     const text = JSON.stringify(plan.rows[0]['QUERY PLAN']);
     await client.query('rollback');
