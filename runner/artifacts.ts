@@ -5,8 +5,20 @@
 // task's needs go to $CONDUCTOR_ARTIFACTS/<task name>/; after it, the task's
 // own are uploaded (as its `when:` says).
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
-import { lstat, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { constants, createReadStream, createWriteStream } from 'node:fs';
+import {
+  type FileHandle,
+  lstat,
+  mkdir,
+  mkdtemp,
+  open,
+  readdir,
+  readlink,
+  realpath,
+  rm,
+  stat,
+  symlink,
+} from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { dirname, join, relative, sep } from 'node:path';
@@ -82,6 +94,78 @@ export async function findFiles(root: string, patterns: string[]): Promise<Found
   };
   await walk(root);
   return found.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/**
+ * Opens `rel` under `root` for reading, as a regular file whose real path is
+ * inside `root` (the real path, `realRoot`), or throws a StorageError naming
+ * it. The files were found by a walk, but the task's processes may still be
+ * running (one that left its process group) and the runner may be root: a
+ * file swapped for a link after the walk, or a directory above it swapped
+ * for a link to /etc, must not be read through. O_NOFOLLOW refuses a link in
+ * the last place; the descriptor's own path (/proc/self/fd) shows a link
+ * anywhere above it; O_NONBLOCK keeps a FIFO from holding the open.
+ */
+export async function openInside(root: string, realRoot: string, rel: string): Promise<FileHandle> {
+  const full = join(root, ...rel.split('/'));
+  let handle: FileHandle;
+  try {
+    handle = await open(full, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    throw new StorageError(
+      code === 'ELOOP'
+        ? `${rel} became a link after it was found: not read`
+        : `${rel} cannot be read: ${code ?? (err as Error).message}`,
+    );
+  }
+  try {
+    if (!(await handle.stat()).isFile()) throw new StorageError(`${rel} is not a regular file`);
+    const real = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => realpath(full));
+    const inside = relative(realRoot, real);
+    if (inside === '' || inside.startsWith('..') || inside.startsWith(sep)) {
+      throw new StorageError(`${rel} resolves outside the checkout: not read`);
+    }
+    return handle;
+  } catch (err) {
+    await handle.close();
+    throw err;
+  }
+}
+
+/**
+ * Copies `files` (found under `root`) into `dest`, the runner's own
+ * directory, each file read through `openInside`; links are made again as
+ * links (their targets are only text). What is uploaded is this copy, so
+ * nothing the task does after the copy changes it or what it points at.
+ */
+export async function copyOut(root: string, files: Found[], dest: string): Promise<void> {
+  const realRoot = await realpath(root);
+  for (const f of files) {
+    const to = join(dest, ...f.path.split('/'));
+    await mkdir(dirname(to), { recursive: true, mode: 0o700 });
+    if (f.link) {
+      const from = join(root, ...f.path.split('/'));
+      // The link's own directory must still be inside: readlink follows the
+      // directories above it.
+      const parent = relative(realRoot, await realpath(dirname(from)));
+      if (parent.startsWith('..') || parent.startsWith(sep)) {
+        throw new StorageError(`${f.path} resolves outside the checkout: not read`);
+      }
+      await symlink(await readlink(from), to);
+      continue;
+    }
+    const handle = await openInside(root, realRoot, f.path);
+    try {
+      const mode = (await handle.stat()).mode & 0o777;
+      await pipeline(
+        handle.createReadStream({ autoClose: false, start: 0 }),
+        createWriteStream(to, { mode: mode | 0o600 }),
+      );
+    } finally {
+      await handle.close();
+    }
+  }
 }
 
 /** Writes a tar.gz of `files` (relative to `root`) to `out`; links stay links. */
@@ -296,18 +380,27 @@ export async function uploadArtifacts(ctx: StorageContext, paths: string[]): Pro
     ctx.note(`no file matches the artifacts' paths (${paths.join(', ')}): nothing uploaded`);
     return;
   }
+  // A copy of the runner's own is what is read from here on (copyOut).
+  const copy = await mkdtemp(join(ctx.scratch, 'artifacts-'));
+  try {
+    await uploadCopy(ctx, files, copy);
+  } finally {
+    await rm(copy, { recursive: true, force: true });
+  }
+}
+
+/** uploadArtifacts from the runner's copy of `files`, made in `copy`. */
+async function uploadCopy(ctx: StorageContext, files: Found[], copy: string): Promise<void> {
+  await copyOut(ctx.workspace, files, copy);
   let file: string;
   let body: { path: string; kind: 'file' | 'tar'; largest?: { path: string; size: number } };
   // One regular file downloads as itself; anything more as one archive.
   if (files.length === 1 && !files[0]!.link) {
-    file = join(ctx.workspace, ...files[0]!.path.split('/'));
-    // A link swapped in after the walk must not be read through.
-    if (!(await lstat(file)).isFile())
-      throw new StorageError(`artifact ${files[0]!.path} is not a regular file`);
+    file = join(copy, ...files[0]!.path.split('/'));
     body = { path: files[0]!.path, kind: 'file' };
   } else {
     file = join(ctx.scratch, 'artifacts.tar.gz');
-    await pack(ctx.workspace, files, file);
+    await pack(copy, files, file);
     const largest = files.reduce((a, b) => (b.size > a.size ? b : a));
     body = {
       path: `${artifactDirName(ctx.task.name)}.tar.gz`,

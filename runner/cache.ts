@@ -5,12 +5,14 @@
 // cache that cannot be restored or saved is a note in the log: the task
 // goes on, as it would with a miss.
 import { createHash } from 'node:crypto';
-import { lstat, readFile, rm } from 'node:fs/promises';
+import { lstat, mkdtemp, realpath, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
+  copyOut,
   digest,
   download,
   findFiles,
+  openInside,
   pack,
   putParts,
   type StorageContext,
@@ -42,12 +44,18 @@ export async function fillKey(key: string, workspace: string): Promise<string> {
       const full = join(workspace, ...file.split('/'));
       const info = await lstat(full).catch(() => null);
       if (!info?.isFile()) throw new StorageError(`hash '${file}': no such file in the checkout`);
-      hash.update(`${file}\0`);
-      hash.update(
-        createHash('sha256')
-          .update(await readFile(full))
-          .digest(),
-      );
+      // Read through a checked descriptor (openInside), as an upload is.
+      const handle = await openInside(workspace, await realpath(workspace), file);
+      try {
+        hash.update(`${file}\0`);
+        hash.update(
+          createHash('sha256')
+            .update(await handle.readFile())
+            .digest(),
+        );
+      } finally {
+        await handle.close();
+      }
     }
     out += hash.digest('hex');
   }
@@ -151,7 +159,14 @@ export class TaskCaches {
       return;
     }
     const file = join(ctx.scratch, 'cache-save.tar.gz');
-    await pack(ctx.workspace, files, file);
+    // Archived from the runner's own copy (copyOut), as artifacts are.
+    const copy = await mkdtemp(join(ctx.scratch, 'cache-'));
+    try {
+      await copyOut(ctx.workspace, files, copy);
+      await pack(copy, files, file);
+    } finally {
+      await rm(copy, { recursive: true, force: true });
+    }
     const { sha256, size } = await digest(file);
     const base = `/v1/runner/tasks/${encodeURIComponent(ctx.task.id)}/caches`;
     const answer = await ctx.client.post(

@@ -1,0 +1,131 @@
+// The runner reads a task's artifacts and cache paths after its script, and
+// may be root; a process of the task that left its process group may still
+// be running. Between the walk that found the files and the read, it can
+// swap a file for a link to a host file, or a directory above a file for a
+// link to /etc (#28 review, left open in the last stop). The runner now reads
+// only through a descriptor checked to be a regular file inside the checkout
+// (openInside) and uploads its own copy (copyOut). Each swap is made here
+// after findFiles, as the leftover process would make it, so the outcome
+// does not depend on timing.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  chmod,
+  lstat,
+  mkdir,
+  mkdtemp,
+  readFile,
+  readlink,
+  rename,
+  rm,
+  stat,
+  symlink,
+  writeFile,
+} from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
+import { copyOut, findFiles, StorageError } from '../../runner/artifacts.ts';
+import { fillKey } from '../../runner/cache.ts';
+
+const root = await mkdtemp(join(tmpdir(), 'conductor-copy-out-'));
+after(() => rm(root, { recursive: true, force: true }));
+
+/** A checkout with dist/app (0755), dist/lib/a.txt and a link dist/current -> app; a host dir with a secret. */
+async function setUp() {
+  const base = await mkdtemp(join(root, 'case-'));
+  const workspace = join(base, 'workspace');
+  const host = join(base, 'host');
+  const secret = `host-secret-${randomBytes(8).toString('hex')}`;
+  await mkdir(join(workspace, 'dist', 'lib'), { recursive: true });
+  await mkdir(host);
+  await writeFile(join(host, 'app'), secret);
+  await writeFile(join(host, 'a.txt'), secret);
+  await writeFile(join(workspace, 'dist', 'app'), '#!/bin/sh\necho built\n');
+  await chmod(join(workspace, 'dist', 'app'), 0o755);
+  await writeFile(join(workspace, 'dist', 'lib', 'a.txt'), 'library\n');
+  await symlink('app', join(workspace, 'dist', 'current'));
+  const copy = await mkdtemp(join(base, 'copy-'));
+  return { workspace, host, secret, copy };
+}
+
+async function refusal(p: Promise<unknown>): Promise<StorageError> {
+  const err = await p.then(
+    () => assert.fail('expected a StorageError'),
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof StorageError, `a StorageError, not ${String(err)}`);
+  return err;
+}
+
+test('the copy holds the files as they were found: contents, an executable bit, a link as a link', async () => {
+  const { workspace, copy } = await setUp();
+  const files = await findFiles(workspace, ['dist']);
+  await copyOut(workspace, files, copy);
+  assert.equal(await readFile(join(copy, 'dist', 'app'), 'utf8'), '#!/bin/sh\necho built\n');
+  assert.equal((await stat(join(copy, 'dist', 'app'))).mode & 0o111, 0o111);
+  assert.equal(await readFile(join(copy, 'dist', 'lib', 'a.txt'), 'utf8'), 'library\n');
+  assert.ok((await lstat(join(copy, 'dist', 'current'))).isSymbolicLink());
+  assert.equal(await readlink(join(copy, 'dist', 'current')), 'app');
+});
+
+test('a file swapped for a link to a host file after the walk is not read', async () => {
+  const { workspace, host, secret, copy } = await setUp();
+  const files = await findFiles(workspace, ['dist/app']);
+  assert.deepEqual(
+    files.map((f) => [f.path, f.link]),
+    [['dist/app', false]],
+  );
+  await rm(join(workspace, 'dist', 'app'));
+  await symlink(join(host, 'app'), join(workspace, 'dist', 'app'));
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.match(err.message, /dist\/app became a link after it was found/);
+  assert.doesNotMatch(err.message, new RegExp(secret));
+  await assert.rejects(readFile(join(copy, 'dist', 'app')), { code: 'ENOENT' });
+});
+
+test('a directory above a file swapped for a link to a host directory after the walk is not read through', async () => {
+  const { workspace, host, secret, copy } = await setUp();
+  const files = await findFiles(workspace, ['dist/lib']);
+  assert.deepEqual(
+    files.map((f) => f.path),
+    ['dist/lib/a.txt'],
+  );
+  await rename(join(workspace, 'dist', 'lib'), join(workspace, 'dist', 'lib-old'));
+  await symlink(host, join(workspace, 'dist', 'lib'));
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.match(err.message, /dist\/lib\/a\.txt resolves outside the checkout/);
+  assert.doesNotMatch(err.message, new RegExp(secret));
+  await assert.rejects(readFile(join(copy, 'dist', 'lib', 'a.txt')), { code: 'ENOENT' });
+});
+
+test('a link whose directory was swapped for a link to a host directory is not read (its target is not copied)', async () => {
+  const { workspace, host, copy } = await setUp();
+  await symlink('/etc/hostname', join(host, 'current'));
+  const files = await findFiles(workspace, ['dist/current']);
+  await rename(join(workspace, 'dist'), join(workspace, 'dist-old'));
+  await symlink(host, join(workspace, 'dist'));
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.match(err.message, /dist\/current resolves outside the checkout/);
+});
+
+test('a file swapped for a FIFO after the walk fails at once, naming it, instead of waiting for a writer', async () => {
+  const { workspace, copy } = await setUp();
+  const files = await findFiles(workspace, ['dist/app']);
+  await rm(join(workspace, 'dist', 'app'));
+  execFileSync('mkfifo', [join(workspace, 'dist', 'app')]);
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.match(err.message, /dist\/app is not a regular file/);
+});
+
+test("a cache key's {{ hash }} does not read through a directory swapped for a link to a host directory", async () => {
+  const { workspace, host } = await setUp();
+  const key = "deps-{{ hash 'dist/lib/a.txt' }}";
+  const before = await fillKey(key, workspace);
+  assert.match(before, /^deps-[0-9a-f]{64}$/);
+  await rename(join(workspace, 'dist', 'lib'), join(workspace, 'dist', 'lib-old'));
+  await symlink(host, join(workspace, 'dist', 'lib'));
+  const err = await refusal(fillKey(key, workspace));
+  assert.match(err.message, /dist\/lib\/a\.txt resolves outside the checkout/);
+});
