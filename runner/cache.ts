@@ -105,6 +105,8 @@ export class TaskCaches {
           result: string;
           key: string | null;
           size: number;
+          /** Absent from a control plane older than the check. */
+          sha256?: string | null;
           url: string | null;
         };
         if (!found.url || found.result === 'miss') {
@@ -113,7 +115,14 @@ export class TaskCaches {
           continue;
         }
         const temp = join(ctx.scratch, 'cache-restore.tar.gz');
-        await download(ctx.client.url, found.url, temp, ctx.signal);
+        const sha = await download(ctx.client.url, found.url, temp, ctx.signal);
+        // Damaged or replaced in the store: a miss, never unpacked.
+        if (found.sha256 && sha !== found.sha256) {
+          await rm(temp, { force: true });
+          throw new StorageError(
+            `the entry ${found.key} arrived damaged (its sha256 differs from the one saved)`,
+          );
+        }
         await unpack(temp, ctx.workspace);
         await rm(temp, { force: true });
         const hit = found.result === 'hit';

@@ -60,6 +60,8 @@ export interface RestoreAnswer {
   result: 'hit' | 'restore-key' | 'miss';
   key: string | null;
   size: number;
+  /** The entry's SHA-256 (hex) as saved, which the runner checks the download against. */
+  sha256: string | null;
   url: string | null;
 }
 
@@ -74,13 +76,19 @@ export async function restoreCache(
     const task = await leasedTask(tx, taskId, body.lease_id, workerId);
     return matchCache(tx, task, readScopes(task), body.key, body.restore_keys);
   });
-  if (!match.entry) return { result: 'miss', key: null, size: 0, url: null };
+  if (!match.entry) return { result: 'miss', key: null, size: 0, sha256: null, url: null };
   const url = await storeOf(ctx).downloadUrl(
     match.entry.storage_key,
     'cache.tar.gz',
     UPLOAD_URL_TTL_S,
   );
-  return { result: match.result, key: match.entry.key, size: match.entry.size, url };
+  return {
+    result: match.result,
+    key: match.entry.key,
+    size: match.entry.size,
+    sha256: match.entry.sha256,
+    url,
+  };
 }
 
 /** What a save answers: where to upload, or why nothing is saved. */

@@ -102,7 +102,7 @@ test('a lease that is not the current one answers 409, another worker 409, no to
   assert.match(bad.body.error.message, /sha256: must be 64 lowercase hex digits/);
   const restore = await post('caches/restore', { key: 'k' });
   assert.equal(restore.status, 200);
-  assert.deepEqual(restore.body, { result: 'miss', key: null, size: 0, url: null });
+  assert.deepEqual(restore.body, { result: 'miss', key: null, size: 0, sha256: null, url: null });
 });
 
 test('a repeated cache save answers the same entry; once committed, the key is not saved again', async () => {

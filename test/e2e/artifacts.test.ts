@@ -9,8 +9,9 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
-import { purgeStorage } from '../../lib/app/artifacts.ts';
+import { purgeStorage, storeOf } from '../../lib/app/artifacts.ts';
 import { transaction } from '../../lib/db/index.ts';
+import { LocalStore } from '../../lib/storage/index.ts';
 import { runCtl } from '../../local/ctl.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, tempDir } from '../runner/support.ts';
@@ -207,6 +208,55 @@ test('a second job with the same lock file restores the cache ("hit") and skips 
   assert.equal(again.status, 404);
   const after = await stack.call('GET', `/v1/projects/${f.project}/caches`, admin);
   assert.equal(after.body.caches.length, 1);
+});
+
+test('a cache entry replaced in the store after its save is not unpacked: the restore says it arrived damaged and the task goes on as after a miss', async () => {
+  const f = await Fixture.create(
+    stack,
+    'cache-damaged',
+    `  build:
+    script:
+      - cat deps/installed 2>/dev/null || true
+      - if [ -f deps/installed ]; then echo "deps already there"; else echo "installing deps"; mkdir -p deps; echo v1 > deps/installed; fi
+    cache:
+      key: "deps-{{ hash 'lock.txt' }}"
+      paths: [deps]
+`,
+    { 'lock.txt': 'a@1\n' },
+  );
+  await f.runner();
+  const first = await f.trigger();
+  assert.equal((await f.finished(first)).job.state, 'success');
+  assert.match(await logOf(f, first, 'build'), /cache saved: deps-/);
+  // Someone with write access to the bucket swaps the object for an archive
+  // of their own (a deps/installed that says so).
+  const { rows } = await stack.context.pool.query<{ storage_key: string }>(
+    `select storage_key from caches where project_id = $1`,
+    [f.project],
+  );
+  assert.equal(rows.length, 1);
+  const store = storeOf(stack.context);
+  assert.ok(store instanceof LocalStore);
+  const forged = await tempDir('conductor-forged-cache-');
+  execFileSync('mkdir', ['-p', join(forged, 'deps')]);
+  await writeFile(join(forged, 'deps', 'installed'), 'forged\n');
+  execFileSync('tar', [
+    '-czf',
+    join(store.root, ...rows[0]!.storage_key.split('/')),
+    '-C',
+    forged,
+    'deps',
+  ]);
+
+  const second = await run(f, f.repo.sha);
+  assert.equal((await f.finished(second)).job.state, 'success');
+  const log = await logOf(f, second, 'build');
+  assert.match(
+    log,
+    /cache deps-[0-9a-f]{64} could not be restored: the entry deps-[0-9a-f]{64} arrived damaged/,
+  );
+  assert.match(log, /^installing deps$/m);
+  assert.doesNotMatch(log, /forged|cache hit/);
 });
 
 async function signedIn(): Promise<string> {
