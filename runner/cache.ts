@@ -195,12 +195,18 @@ export class TaskCaches {
       return;
     }
     const etags = await putParts(ctx.client.url, file, saved.upload, ctx.signal);
-    await ctx.client.post(
+    const committed = await ctx.client.post(
       `${base}/${encodeURIComponent(saved.cache_id)}/commit`,
       { lease_id: ctx.task.lease_id, etags },
       { retryForMs: ctx.retryForMs, signal: ctx.signal },
     );
     await rm(file, { force: true });
+    if ((committed.body as { evicted?: boolean }).evicted) {
+      ctx.note(
+        `cache ${key} not kept: the project's cache quota is held by trusted entries, which an untrusted job's save never evicts`,
+      );
+      return;
+    }
     ctx.note(`cache saved: ${key} (${size} bytes, ${files.length} files) in ${saved.scope}`);
   }
 }

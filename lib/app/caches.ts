@@ -16,6 +16,7 @@ import {
   cacheTooLarge,
   deleteCacheKey,
   evictCaches,
+  trustedCacheBytes,
   insertCache,
   leasedTask,
   markCacheReady,
@@ -113,6 +114,14 @@ export async function saveCache(
   const saved = await transaction(ctx.pool, async (tx) => {
     const task = await leasedTask(tx, taskId, body.lease_id, workerId);
     if (body.size > max) return { skipped: cacheTooLarge(body.key, body.size, max) };
+    if (!task.trusted) {
+      const held = await trustedCacheBytes(tx, task.project_id);
+      if (held + body.size > limits.cacheQuotaBytes) {
+        return {
+          skipped: `the project's cache quota (${limits.cacheQuotaBytes} bytes) is held by trusted entries (${held} bytes), which an untrusted job's save never evicts`,
+        };
+      }
+    }
     const key = `caches/${task.project_id}/${randomUUID()}`;
     return insertCache(tx, task, writeScope(task), body.key, body.size, body.sha256, key);
   });
@@ -140,7 +149,7 @@ export async function commitCache(
   taskId: string,
   cacheId: string,
   body: Commit,
-): Promise<{ key: string; scope: string; size: number }> {
+): Promise<{ key: string; scope: string; size: number; evicted?: true }> {
   const store = storeOf(ctx);
   const entry = await transaction(ctx.pool, async (tx) => {
     const task = await leasedTask(tx, taskId, body.lease_id, workerId);
@@ -158,15 +167,21 @@ export async function commitCache(
     const evicted = await transaction(ctx.pool, async (tx) => {
       await leasedTask(tx, taskId, body.lease_id, workerId);
       await markCacheReady(tx, entry.id);
+      // An untrusted job's entry makes room among untrusted entries only,
+      // itself included (evictCaches).
       return evictCaches(
         tx,
         entry.project_id,
         storageLimits(ctx).cacheQuotaBytes,
         CACHE_STALE_S,
-        entry.id,
+        entry.trusted ? entry.id : null,
+        !entry.trusted,
       );
     });
     await deleteObjects(store, evicted);
+    if (evicted.includes(entry.storage_key)) {
+      return { key: entry.key, scope: entry.scope, size: entry.size, evicted: true };
+    }
   }
   return { key: entry.key, scope: entry.scope, size: entry.size };
 }

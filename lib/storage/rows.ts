@@ -422,7 +422,11 @@ export async function markCacheReady(tx: Queryable, id: string): Promise<void> {
 /**
  * Brings a project's caches within `quota` bytes: entries unused for
  * `staleS` seconds go first (oldest use first), then the least recently
- * used, never `keep`. Answers the deleted entries' storage keys.
+ * used, never `keep`. With `untrustedOnly` (the save of an untrusted job),
+ * only untrusted entries go: a fork's saves never push main's caches out,
+ * and when the untrusted ones cannot make room, the new entry goes too
+ * (pass it as neither `keep` nor stale: it was used last). Answers the
+ * deleted entries' storage keys.
  */
 export async function evictCaches(
   tx: Queryable,
@@ -430,6 +434,7 @@ export async function evictCaches(
   quota: number,
   staleS: number,
   keep: string | null,
+  untrustedOnly = false,
 ): Promise<string[]> {
   const { rows } = await tx.query<{ storage_key: string }>(
     `with everything as (
@@ -441,13 +446,23 @@ export async function evictCaches(
                                        last_used_at, id) as freed
          from caches
         where project_id = $1 and state = 'ready' and id is distinct from $4::uuid
+          and not ($5 and trusted)
      )
      delete from caches c using ranked r, everything e
       where c.id = r.id and e.total - (r.freed - r.size) > $2
      returning c.storage_key`,
-    [projectId, quota, staleS, keep],
+    [projectId, quota, staleS, keep, untrustedOnly],
   );
   return rows.map((r) => r.storage_key);
+}
+
+/** The bytes of a project's trusted cache entries (ready or being saved). */
+export async function trustedCacheBytes(tx: Queryable, projectId: string): Promise<number> {
+  const { rows } = await tx.query<{ total: number }>(
+    `select coalesce(sum(size), 0)::float8 as total from caches where project_id = $1 and trusted`,
+    [projectId],
+  );
+  return rows[0]!.total;
 }
 
 /** A project's ready cache entries, most recently used first. */

@@ -11,6 +11,7 @@ import { claimTask } from './calls.ts';
 const stack = await testStack(import.meta.filename, {
   CONDUCTOR_ARTIFACT_TASK_MAX_BYTES: '1000',
   CONDUCTOR_ARTIFACT_PROJECT_MAX_BYTES: '1500',
+  CONDUCTOR_CACHE_QUOTA_BYTES: '100',
 });
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
@@ -122,6 +123,43 @@ test('a repeated cache save answers the same entry; once committed, the key is n
   assert.equal(restore.body.result, 'hit');
   assert.equal(restore.body.size, 3);
   assert.equal(await (await fetch(new URL(restore.body.url, stack.url))).text(), 'abc');
+});
+
+test("an untrusted task's cache is not saved over trusted entries that hold the quota; one they outgrew meanwhile is evicted at its commit, not main's", async () => {
+  const { f, task, post } = await claimed('cuntrusted');
+  // The task stands for a fork's (its pool's claim is tested elsewhere).
+  await stack.context.pool.query('update tasks set trusted = false where id = $1', [task.id]);
+  const trusted = async (key: string, size: number) =>
+    stack.context.pool.query(
+      `insert into caches (project_id, scope, key, storage_key, size, sha256, trusted, state, task_id, attempt)
+       values ($1, 'refs/heads/main', $2, $3, $4, $5, true, 'ready', gen_random_uuid(), 1)`,
+      [f.project, key, `caches/${f.project}/${key}`, size, sha256(key)],
+    );
+  await trusted('main-a', 60);
+  const refused = await post('caches/save', { key: 'big', size: 41, sha256: sha256('x') });
+  assert.equal(refused.status, 200, refused.text);
+  assert.equal(
+    refused.body.skipped,
+    "the project's cache quota (100 bytes) is held by trusted entries (60 bytes), which an untrusted job's save never evicts",
+  );
+  const body = { key: 'k', size: 3, sha256: sha256('abc') };
+  const first = await post('caches/save', body);
+  assert.equal(first.status, 200, first.text);
+  assert.match(first.body.scope, /^untrusted:/);
+  await fetch(new URL(first.body.upload.parts[0].url, stack.url), { method: 'PUT', body: 'abc' });
+  // Between the save and its commit, main saved 39 bytes more: 102 > 100.
+  await trusted('main-b', 39);
+  const commit = await post(`caches/${first.body.cache_id}/commit`, {});
+  assert.equal(commit.status, 200, commit.text);
+  assert.equal(commit.body.evicted, true);
+  const { rows } = await stack.context.pool.query<{ key: string }>(
+    'select key from caches where project_id = $1 order by key',
+    [f.project],
+  );
+  assert.deepEqual(
+    rows.map((r) => r.key),
+    ['main-a', 'main-b'],
+  );
 });
 
 /** Waits until `n` sessions of this database wait for a lock. */

@@ -51,11 +51,11 @@ test("a fork's pull request cannot overwrite main's cache entry, and main never 
   await untrusted.runner({ ...(await fakeDocker()), untrusted: true });
   await f.runner();
 
-  const forkPullRequest = async (number: number) => {
+  const forkPullRequest = async (number: number, headSha = f.repo.sha) => {
     const payload = githubPullRequest('opened', {
       repo: `acme/${f.project}`,
       number,
-      headSha: f.repo.sha,
+      headSha,
       fromFork: true,
     });
     const res = await sendWebhook(stack, 'github', 'pull_request', payload, {
@@ -103,6 +103,26 @@ test("a fork's pull request cannot overwrite main's cache entry, and main never 
   assert.deepEqual(scopes[0], ['refs/heads/main', true]);
   assert.match(scopes[1]![0], /^untrusted:/);
   assert.equal(scopes[1]![1], false);
+
+  // Trusted entries hold the quota (600 bytes; main's entry aged by hand to
+  // stand for a big one): a fork's new key is not saved, and main's entry
+  // stays. A fork's save never evicts a trusted entry.
+  await transaction(stack.context.pool, (tx) =>
+    tx.query(`update caches set size = 590 where project_id = $1 and trusted`, [f.project]),
+  );
+  const changed = commitLock(f, 'left-pad@2\n');
+  const third = await forkPullRequest(14, changed);
+  const thirdLog = await buildLog(f, third);
+  assert.match(thirdLog, /^made deps$/m);
+  assert.match(
+    thirdLog,
+    /cache deps-\S+ not saved: the project's cache quota \(600 bytes\) is held by trusted entries \(590 bytes\), which an untrusted job's save never evicts/,
+  );
+  const kept = (await stack.call('GET', `/v1/projects/${f.project}/caches`, admin)).body.caches;
+  assert.deepEqual(
+    kept.map((c: { scope: string }) => c.scope).sort(),
+    scopes.map((p: [string, boolean]) => p[0]),
+  );
 });
 
 test('past the quota, entries unused for 7 days are evicted first, then the least recently used', async () => {
