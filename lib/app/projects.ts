@@ -119,6 +119,11 @@ export interface ProjectView {
   /** Stored for the job pages: `public` projects' pages are readable by anyone. */
   visibility: Visibility;
   has_forge_token: boolean;
+  /**
+   * The repository's default branch as the forge's webhooks last said it
+   * (`repository.default_branch`); null until one has, and `main` is assumed.
+   */
+  default_branch: string | null;
   /** 'on', or 'off: <why>'. */
   commit_statuses: string;
   created_at: Date;
@@ -134,6 +139,7 @@ export interface ProjectRow extends ProjectView {
 // `commit_statuses` says once, in the view, why a project gets no statuses.
 const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
   fork_pull_requests, bot_pull_requests, visibility, forge_token_enc is not null as has_forge_token,
+  default_branch,
   case when forge_token_enc is null then 'off: the project has no forge token'
        when repo_url !~ '^https?://' then 'off: the repository is not on a forge (a local path)'
        else 'on' end as commit_statuses,
@@ -247,6 +253,22 @@ export async function findProjectByRepo(
     [forge, repo],
   );
   return rows[0];
+}
+
+/**
+ * Keeps the default branch a verified webhook names, when it is new: one
+ * statement that writes nothing when the project already has it.
+ */
+export async function rememberDefaultBranch(
+  db: Queryable,
+  projectId: string,
+  branch: string,
+): Promise<void> {
+  await db.query(
+    `update projects set default_branch = $2
+      where id = $1 and default_branch is distinct from $2`,
+    [projectId, branch],
+  );
 }
 
 /**

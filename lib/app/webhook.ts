@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import type { AppContext } from '../context.ts';
 import { AppError, BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
 import {
+  defaultBranchOf,
   type ForgeKind,
   notJsonMessage,
   parseWebhook,
@@ -22,7 +23,12 @@ import {
 } from '../idle/intake.ts';
 import { log } from '../log.ts';
 import { cancelPullRequest, createJob } from '../scheduler/index.ts';
-import { findProjectByRepo, type ProjectRow, webhookSecret } from './projects.ts';
+import {
+  findProjectByRepo,
+  type ProjectRow,
+  rememberDefaultBranch,
+  webhookSecret,
+} from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { triggerJob } from './trigger.ts';
 
@@ -230,6 +236,12 @@ async function afterVerified(
 ): Promise<Reply> {
   const { pool } = ctx;
   if (!project.enabled) return { status: 200, body: { ignored: 'the project is disabled' } };
+  // The forge says the repository's default branch in every push and pull
+  // request; kept when it changes (cache scopes, the Run form).
+  const defaultBranch = defaultBranchOf(payload);
+  if (defaultBranch !== undefined && defaultBranch !== project.default_branch) {
+    await rememberDefaultBranch(pool, project.id, defaultBranch);
+  }
   if (intent.kind === 'ignore') return { status: 200, body: { ignored: intent.reason } };
   if (intent.kind === 'close_pull_request') {
     const cancelled = await cancelPullRequest(pool, project.id, intent.pullRequest);

@@ -350,11 +350,24 @@ function payloadFiles(payload: Record<string, unknown>): string[] | null {
   return [...files];
 }
 
+/**
+ * `repository.default_branch` of a push or pull request payload (GitHub's and
+ * Gitea's), or undefined when it does not say or says something no branch
+ * could be named.
+ */
+export function defaultBranchOf(payload: unknown): string | undefined {
+  const repo = isPlainObject(payload) ? payload.repository : undefined;
+  const name = isPlainObject(repo) ? repo.default_branch : undefined;
+  if (typeof name !== 'string' || name.length === 0 || name.length > 255) return undefined;
+  // What git refuses in a branch name, loosely: a control character, a space, ~^:?*[\ or `..`.
+  const bad = [...name].some((c) => c <= ' ' || c === '\x7f') || /[~^:?*[\\]|\.\./.test(name);
+  return bad ? undefined : name;
+}
+
 /** `refs/heads/<repository.default_branch>`, or undefined when the payload does not say. */
 function defaultBranchRef(payload: Record<string, unknown>): string | undefined {
-  const repo = payload.repository;
-  const name = isPlainObject(repo) ? repo.default_branch : undefined;
-  return typeof name === 'string' && name !== '' ? `refs/heads/${name}` : undefined;
+  const name = defaultBranchOf(payload);
+  return name === undefined ? undefined : `refs/heads/${name}`;
 }
 
 // Bot logins by convention: GitHub Apps are `<app>[bot]`; a machine account on Gitea (which marks

@@ -50,7 +50,7 @@ function field(input: DeclaredInput): Html {
 }
 
 /**
- * The Run form: a ref (default `main`) and a field per input the latest
+ * The Run form: a ref (the project's default branch, else `main`) and a field per input the latest
  * trusted job of that ref declared,
  * posted with the CSRF token to `/projects/{id}/run`. Only for a viewer who
  * may run (the caller asks lib/app/people.ts).
@@ -59,8 +59,18 @@ export async function renderRunForm(
   db: Queryable,
   projectId: string,
   csrf: string,
-  defaultRef = 'main',
+  ref?: string,
 ): Promise<Html> {
+  // The repository's default branch, as its webhooks said it (else main).
+  const defaultRef =
+    ref ??
+    (
+      await db.query<{ branch: string }>(
+        `select coalesce(default_branch, 'main') as branch from projects where id = $1`,
+        [projectId],
+      )
+    ).rows[0]?.branch ??
+    'main';
   const inputs = await declaredInputs(db, projectId, defaultRef);
   return html`<h2>Run</h2><form method="post" action="/projects/${encodeURIComponent(projectId)}/run" data-run-form>
 <input type="hidden" name="csrf" value="${csrf}">

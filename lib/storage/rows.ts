@@ -31,6 +31,8 @@ export interface LeasedTask {
   needs: string[];
   ref: string;
   base_ref: string | null;
+  /** The project's default branch, null while no webhook has said it. */
+  default_branch: string | null;
   storage: TaskStorage;
 }
 
@@ -50,8 +52,8 @@ export async function leasedTask(
     LeasedTask & { lease_id: string | null; worker_id: string | null; state: string }
   >(
     `select t.id, t.job_id, j.project_id, t.name, t.attempt, t.trusted, t.needs, j.ref, j.base_ref,
-            t.storage, t.lease_id, t.worker_id, t.state
-       from tasks t join jobs j on j.id = t.job_id
+            p.default_branch, t.storage, t.lease_id, t.worker_id, t.state
+       from tasks t join jobs j on j.id = t.job_id join projects p on p.id = j.project_id
       where t.id = $1
       for share of t`,
     [taskId],

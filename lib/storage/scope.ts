@@ -5,7 +5,10 @@
 // base and default branches, and writes only to its isolated scope, so a
 // fork can never poison what trusted jobs restore.
 
-/** The branch whose caches every job of a project may read. */
+/**
+ * The branch whose caches every job of a project may read, while no webhook
+ * has said the repository's default branch (projects.default_branch).
+ */
 export const DEFAULT_BRANCH_REF = 'refs/heads/main';
 
 const UNTRUSTED = 'untrusted:';
@@ -15,6 +18,8 @@ export interface ScopeJob {
   ref: string;
   base_ref: string | null;
   trusted: boolean;
+  /** The project's default branch (a name), null while unknown. */
+  default_branch: string | null;
 }
 
 /** A ref as a branch ref (`main` → `refs/heads/main`); other refs as they are. */
@@ -31,7 +36,7 @@ export function writeScope(job: ScopeJob): string {
 export function readScopes(job: ScopeJob): string[] {
   const scopes = [writeScope(job)];
   if (job.base_ref) scopes.push(branchRef(job.base_ref));
-  scopes.push(DEFAULT_BRANCH_REF);
+  scopes.push(job.default_branch ? branchRef(job.default_branch) : DEFAULT_BRANCH_REF);
   return [...new Set(scopes)];
 }
 

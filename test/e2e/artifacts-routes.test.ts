@@ -162,6 +162,22 @@ test("an untrusted task's cache is not saved over trusted entries that hold the 
   );
 });
 
+test("a restore falls back to the project's default branch as its webhooks said it, not main", async () => {
+  const { f, post } = await claimed('cdefault');
+  await stack.context.pool.query(
+    `insert into caches (project_id, scope, key, storage_key, size, sha256, trusted, state, task_id, attempt)
+     values ($1, 'refs/heads/develop', 'k', $2, 3, $3, true, 'ready', gen_random_uuid(), 1)`,
+    [f.project, `caches/${f.project}/develop-k`, sha256('abc')],
+  );
+  assert.equal((await post('caches/restore', { key: 'k' })).body.result, 'miss');
+  await stack.context.pool.query(`update projects set default_branch = 'develop' where id = $1`, [
+    f.project,
+  ]);
+  const restore = await post('caches/restore', { key: 'k' });
+  assert.equal(restore.body.result, 'hit');
+  assert.equal(restore.body.sha256, sha256('abc'));
+});
+
 /** Waits until `n` sessions of this database wait for a lock. */
 async function untilWaiting(n: number): Promise<void> {
   const deadline = Date.now() + 30_000;

@@ -64,4 +64,11 @@ test("the Run form for a ref shows the fields its latest trusted job declared, n
   const feature = String(await renderRunForm(pool, 'rf', 'csrf', 'feature'));
   assert.match(feature, /data-input="region"/, feature);
   assert.doesNotMatch(feature, /data-input="env"/, feature);
+  assert.match(form, /id="run-ref" name="ref" value="main"/, form);
+  // A repository whose webhooks said its default branch is `feature`: the
+  // form offers that branch, with its fields.
+  await pool.query(`update projects set default_branch = 'feature' where id = 'rf'`);
+  const offered = String(await renderRunForm(pool, 'rf', 'csrf'));
+  assert.match(offered, /id="run-ref" name="ref" value="feature"/, offered);
+  assert.match(offered, /data-input="region"/, offered);
 });
