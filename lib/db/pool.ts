@@ -126,6 +126,28 @@ export function queryTimeoutFor(statementTimeoutMs: number): number {
 // may be ended by the server while our first query is on its way: drop it.
 const IDLE_SESSION_MARGIN_MS = 5_000;
 
+/**
+ * The URL without its `options` parameter, and the startup options to send:
+ * the URL's first, then ours. node-postgres lets a URL's `options` replace
+ * the pool's `options` whole, so `?options=-c search_path=x` in
+ * DATABASE_URL silently dropped SESSION_OPTIONS and left every statement at
+ * the server's default isolation, READ COMMITTED (found in review of #36).
+ * Merged, the URL's settings still apply, and for a setting both name
+ * (PostgreSQL takes the last `-c` of a name) ours hold.
+ */
+export function mergeUrlOptions(url: string, ours: string): { url: string; options: string } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return { url, options: ours };
+  }
+  const theirs = parsed.searchParams.get('options');
+  if (theirs === null) return { url, options: ours };
+  parsed.searchParams.delete('options');
+  return { url: parsed.toString(), options: theirs.trim() ? `${theirs.trim()} ${ours}` : ours };
+}
+
 /** A connection pool built from configuration; errors on idle connections are logged, never fatal. */
 export function createPool(config: PoolConfig, onIdleError?: (err: Error) => void): Pool {
   const idleSessionMs = config.idleSessionTimeoutMs ?? DEFAULT_IDLE_SESSION_TIMEOUT_MS;
@@ -136,10 +158,11 @@ export function createPool(config: PoolConfig, onIdleError?: (err: Error) => voi
   const options = [SESSION_OPTIONS];
   if (idleSessionMs > 0) options.push(`-c idle_session_timeout=${Math.trunc(idleSessionMs)}`);
   if (statementMs > 0) options.push(`-c statement_timeout=${Math.trunc(statementMs)}`);
+  const merged = mergeUrlOptions(config.url, options.join(' '));
   const pool = new pg.Pool({
     ...(config.password
-      ? settingsOf(config.url, config.password)
-      : { connectionString: config.url }),
+      ? settingsOf(merged.url, config.password)
+      : { connectionString: merged.url }),
     max: config.max ?? 10,
     idleTimeoutMillis: config.idleTimeoutMs ?? 30_000,
     // Bounds the slot wait and the connect together: a connect into a silent
@@ -152,7 +175,7 @@ export function createPool(config: PoolConfig, onIdleError?: (err: Error) => voi
     keepAlive: true,
     keepAliveInitialDelayMillis: config.keepAliveDelayMs ?? CALL_BOUNDS.keepAliveDelayMs,
     application_name: config.applicationName ?? 'conductor',
-    options: options.join(' '),
+    options: merged.options,
     types,
   });
   // An idle client whose server went away emits 'error' on the pool; without a

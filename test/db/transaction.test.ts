@@ -191,6 +191,25 @@ test('the isolation level is REPEATABLE READ unless asked otherwise', async () =
   assert.equal(await level(db.pool, { isolation: 'serializable' }), 'serializable');
 });
 
+test('a DATABASE_URL with its own ?options= keeps them and still runs at REPEATABLE READ', async () => {
+  const url = new URL(db.url);
+  url.searchParams.set(
+    'options',
+    '-c search_path=pg_catalog,public -c default_transaction_isolation=read\\ committed',
+  );
+  const pool = createPool({ url: url.toString(), max: 1 });
+  try {
+    const { rows } = await pool.query(
+      `select current_setting('transaction_isolation') as iso, current_setting('search_path') as path`,
+    );
+    // The URL's search_path holds; the isolation is ours whatever the URL says
+    // (before, node-postgres dropped the pool's options for the URL's).
+    assert.deepEqual(rows[0], { iso: 'repeatable read', path: 'pg_catalog,public' });
+  } finally {
+    await pool.end();
+  }
+});
+
 test('timeouts are set per transaction and never left on the connection', async () => {
   const pool = createPool({ url: db.url, max: 1 });
   try {
