@@ -7,6 +7,7 @@
 import { createHash } from 'node:crypto';
 import { constants, createReadStream, createWriteStream } from 'node:fs';
 import {
+  chmod,
   type FileHandle,
   lstat,
   mkdir,
@@ -17,11 +18,13 @@ import {
   realpath,
   rm,
   stat,
+  statfs,
   symlink,
+  utimes,
 } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { dirname, join, relative, sep } from 'node:path';
+import { dirname, isAbsolute, join, relative, sep } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import picomatch from 'picomatch';
@@ -57,10 +60,71 @@ export function artifactDirName(taskName: string): string {
   return safe === '.' || safe === '..' ? safe.replace(/\./g, '_') : safe;
 }
 
+// O_PATH (Linux): an fd that names a file without opening it, so no device
+// driver's open runs and no FIFO waits; fstat and /proc/self/fd work on it.
+const O_PATH = 0o10000000;
+
+/** Whether `real` (an absolute real path) is `realRoot` itself or below it. */
+function isBelow(realRoot: string, real: string, self = false): boolean {
+  const inside = relative(realRoot, real);
+  if (inside === '') return self;
+  return inside !== '..' && !inside.startsWith(`..${sep}`) && !isAbsolute(inside);
+}
+
+/** A read failure as the task's error: a StorageError naming the path, never a retry. */
+function readFailure(rel: string, err: unknown): StorageError {
+  if (err instanceof StorageError) return err;
+  const code = (err as NodeJS.ErrnoException).code;
+  return Object.assign(
+    new StorageError(`${rel} cannot be read: ${code ?? (err as Error).message}`),
+    { code },
+  );
+}
+
+/**
+ * An O_PATH descriptor of `rel` under `root` whose real path (read from the
+ * descriptor, /proc/self/fd) is inside `realRoot`, `root`'s real path; the
+ * last component is never followed. Throws a StorageError naming `rel`.
+ * A directory above `rel` swapped for a link to /etc or /dev shows in the
+ * descriptor's path, and nothing on the way was opened for reading.
+ */
+async function pathInside(
+  root: string,
+  realRoot: string,
+  rel: string,
+  flags = 0,
+): Promise<FileHandle> {
+  const full = rel === '' ? root : join(root, ...rel.split('/'));
+  const handle = await open(full, O_PATH | constants.O_NOFOLLOW | flags).catch((err) => {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (flags & constants.O_DIRECTORY && (code === 'ENOTDIR' || code === 'ELOOP')) {
+      throw Object.assign(
+        new StorageError(`${rel} is no longer a directory inside the checkout: not read`),
+        { code },
+      );
+    }
+    throw readFailure(rel, err);
+  });
+  try {
+    // No fallback to a path-based check: without /proc, nothing is read.
+    const real = await readlink(`/proc/self/fd/${handle.fd}`);
+    if (!isBelow(realRoot, real, rel === '')) {
+      throw new StorageError(`${rel} resolves outside the checkout: not read`);
+    }
+    return handle;
+  } catch (err) {
+    await handle.close();
+    throw readFailure(rel, err);
+  }
+}
+
 /**
  * The files under `root` that `patterns` match (globs, relative to it; a
  * pattern naming a directory takes everything under it). Links are listed,
  * never followed: a script cannot make the runner read outside the checkout.
+ * Each directory is listed through a checked descriptor (pathInside), so a
+ * directory swapped for a link during the walk (a process the script left
+ * running) fails the walk instead of listing a host directory.
  */
 export async function findFiles(root: string, patterns: string[]): Promise<Found[]> {
   const expanded = patterns.flatMap((p) => {
@@ -68,31 +132,50 @@ export async function findFiles(root: string, patterns: string[]): Promise<Found
     return [clean, `${clean}/**`];
   });
   const match = picomatch(expanded, { dot: true });
+  const realRoot = await realpath(root);
   const found: Found[] = [];
-  const walk = async (dir: string): Promise<void> => {
-    const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-    for (const entry of entries) {
-      const full = join(dir, entry.name);
-      const rel = relative(root, full).split(sep).join('/');
-      if (rel === '.git' || rel.startsWith('.git/')) continue;
-      if (entry.isDirectory()) {
-        await walk(full);
-      } else if ((entry.isFile() || entry.isSymbolicLink()) && match(rel)) {
-        const info = await lstat(full);
-        found.push({
-          path: rel,
-          size: entry.isFile() ? info.size : 0,
-          link: entry.isSymbolicLink(),
-        });
-        if (found.length > MAX_FILES) {
-          throw new StorageError(
-            `the paths match more than ${MAX_FILES} files; at most ${MAX_FILES} are allowed`,
-          );
+  const walk = async (relDir: string): Promise<void> => {
+    let dir: FileHandle;
+    try {
+      dir = await pathInside(root, realRoot, relDir, constants.O_DIRECTORY);
+    } catch (err) {
+      // Gone, or no longer a directory (a link now): not listed.
+      const code = (err as { code?: string }).code;
+      if (relDir !== '' && (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP')) return;
+      throw err;
+    }
+    let entries: import('node:fs').Dirent[];
+    try {
+      entries = await readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true }).catch(() => []);
+      for (const entry of entries) {
+        const rel = relDir === '' ? entry.name : `${relDir}/${entry.name}`;
+        if (rel === '.git' || rel.startsWith('.git/')) continue;
+        if (entry.isDirectory()) continue;
+        if ((entry.isFile() || entry.isSymbolicLink()) && match(rel)) {
+          const info = await lstat(`/proc/self/fd/${dir.fd}/${entry.name}`).catch(() => null);
+          if (!info) continue;
+          found.push({
+            path: rel,
+            size: info.isFile() ? info.size : 0,
+            link: info.isSymbolicLink(),
+          });
+          if (found.length > MAX_FILES) {
+            throw new StorageError(
+              `the paths match more than ${MAX_FILES} files; at most ${MAX_FILES} are allowed`,
+            );
+          }
         }
       }
+    } finally {
+      await dir.close();
+    }
+    for (const entry of entries) {
+      const rel = relDir === '' ? entry.name : `${relDir}/${entry.name}`;
+      if (rel === '.git' || rel.startsWith('.git/')) continue;
+      if (entry.isDirectory()) await walk(rel);
     }
   };
-  await walk(root);
+  await walk('');
   return found.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 }
 
@@ -102,66 +185,96 @@ export async function findFiles(root: string, patterns: string[]): Promise<Found
  * it. The files were found by a walk, but the task's processes may still be
  * running (one that left its process group) and the runner may be root: a
  * file swapped for a link after the walk, or a directory above it swapped
- * for a link to /etc, must not be read through. O_NOFOLLOW refuses a link in
- * the last place; the descriptor's own path (/proc/self/fd) shows a link
- * anywhere above it; O_NONBLOCK keeps a FIFO from holding the open.
+ * for a link to /etc or /dev, must not be read through, and nothing but a
+ * regular file is ever opened for reading (a device's open has effects of
+ * its own; a FIFO's waits). So the file is first named by an O_PATH
+ * descriptor (pathInside), checked to be a regular file inside the checkout,
+ * and only then opened, through that descriptor (/proc/self/fd), with
+ * O_NOCTTY and O_NONBLOCK.
  */
 export async function openInside(root: string, realRoot: string, rel: string): Promise<FileHandle> {
-  const full = join(root, ...rel.split('/'));
-  let handle: FileHandle;
+  const named = await pathInside(root, realRoot, rel);
   try {
-    handle = await open(full, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new StorageError(
-      code === 'ELOOP'
-        ? `${rel} became a link after it was found: not read`
-        : `${rel} cannot be read: ${code ?? (err as Error).message}`,
+    const info = await named.stat();
+    if (info.isSymbolicLink())
+      throw new StorageError(`${rel} became a link after it was found: not read`);
+    if (!info.isFile()) throw new StorageError(`${rel} is not a regular file`);
+    return await open(
+      `/proc/self/fd/${named.fd}`,
+      constants.O_RDONLY | constants.O_NOCTTY | constants.O_NONBLOCK,
     );
-  }
-  try {
-    if (!(await handle.stat()).isFile()) throw new StorageError(`${rel} is not a regular file`);
-    const real = await readlink(`/proc/self/fd/${handle.fd}`).catch(() => realpath(full));
-    const inside = relative(realRoot, real);
-    if (inside === '' || inside.startsWith('..') || inside.startsWith(sep)) {
-      throw new StorageError(`${rel} resolves outside the checkout: not read`);
-    }
-    return handle;
   } catch (err) {
-    await handle.close();
-    throw err;
+    throw readFailure(rel, err);
+  } finally {
+    await named.close();
   }
 }
 
 /**
  * Copies `files` (found under `root`) into `dest`, the runner's own
- * directory, each file read through `openInside`; links are made again as
- * links (their targets are only text). What is uploaded is this copy, so
- * nothing the task does after the copy changes it or what it points at.
+ * directory, each file read through `openInside` up to the size it has when
+ * opened, with its permission bits and times; links are made again as links
+ * (their targets are only text, read through a checked descriptor of their
+ * directory). What is uploaded is this copy, so nothing the task does after
+ * the copy changes it or what it points at. Before copying, the sizes found
+ * must fit in the free space of `dest`'s file system (a sparse file of a
+ * terabyte takes no disk in the checkout, and all of it in a copy).
  */
 export async function copyOut(root: string, files: Found[], dest: string): Promise<void> {
   const realRoot = await realpath(root);
+  const total = files.reduce((n, f) => n + f.size, 0);
+  const free = await statfs(dest).then(
+    (s) => Number(s.bavail) * Number(s.bsize),
+    () => Number.POSITIVE_INFINITY,
+  );
+  if (total > free) {
+    throw new StorageError(
+      `the files matched hold ${total} bytes, more than the ${free} bytes free where the runner copies them`,
+    );
+  }
+  let copied = 0;
   for (const f of files) {
     const to = join(dest, ...f.path.split('/'));
     await mkdir(dirname(to), { recursive: true, mode: 0o700 });
     if (f.link) {
-      const from = join(root, ...f.path.split('/'));
-      // The link's own directory must still be inside: readlink follows the
-      // directories above it.
-      const parent = relative(realRoot, await realpath(dirname(from)));
-      if (parent.startsWith('..') || parent.startsWith(sep)) {
-        throw new StorageError(`${f.path} resolves outside the checkout: not read`);
+      const slash = f.path.lastIndexOf('/');
+      const dir = await pathInside(
+        root,
+        realRoot,
+        f.path.slice(0, Math.max(slash, 0)),
+        constants.O_DIRECTORY,
+      );
+      try {
+        const target = await readlink(`/proc/self/fd/${dir.fd}/${f.path.slice(slash + 1)}`).catch(
+          (err) => {
+            throw readFailure(f.path, err);
+          },
+        );
+        await symlink(target, to);
+      } finally {
+        await dir.close();
       }
-      await symlink(await readlink(from), to);
       continue;
     }
     const handle = await openInside(root, realRoot, f.path);
     try {
-      const mode = (await handle.stat()).mode & 0o777;
+      const info = await handle.stat();
+      copied += info.size;
+      if (copied > free) {
+        throw new StorageError(
+          `${f.path} grew to ${info.size} bytes after it was found: the files no longer fit in the ${free} bytes free where the runner copies them`,
+        );
+      }
       await pipeline(
-        handle.createReadStream({ autoClose: false, start: 0 }),
-        createWriteStream(to, { mode: mode | 0o600 }),
+        info.size === 0
+          ? Readable.from([])
+          : handle.createReadStream({ autoClose: false, start: 0, end: info.size - 1 }),
+        createWriteStream(to, { mode: 0o600 }),
       );
+      await chmod(to, info.mode & 0o777);
+      await utimes(to, info.atime, info.mtime);
+    } catch (err) {
+      throw readFailure(f.path, err);
     } finally {
       await handle.close();
     }

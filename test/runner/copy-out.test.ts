@@ -8,7 +8,7 @@
 // after findFiles, as the leftover process would make it, so the outcome
 // does not depend on timing.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmod,
@@ -20,7 +20,10 @@ import {
   rename,
   rm,
   stat,
+  statfs,
   symlink,
+  truncate,
+  utimes,
   writeFile,
 } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -107,7 +110,7 @@ test('a link whose directory was swapped for a link to a host directory is not r
   await rename(join(workspace, 'dist'), join(workspace, 'dist-old'));
   await symlink(host, join(workspace, 'dist'));
   const err = await refusal(copyOut(workspace, files, copy));
-  assert.match(err.message, /dist\/current resolves outside the checkout/);
+  assert.equal(err.message, 'dist is no longer a directory inside the checkout: not read');
 });
 
 test('a file swapped for a FIFO after the walk fails at once, naming it, instead of waiting for a writer', async () => {
@@ -128,4 +131,72 @@ test("a cache key's {{ hash }} does not read through a directory swapped for a l
   await symlink(host, join(workspace, 'dist', 'lib'));
   const err = await refusal(fillKey(key, workspace));
   assert.match(err.message, /dist\/lib\/a\.txt resolves outside the checkout/);
+});
+
+test('a directory above a file swapped for a link to /dev: nothing there is opened, the path is refused as outside', async () => {
+  const { workspace, copy } = await setUp();
+  await writeFile(join(workspace, 'dist', 'lib', 'null'), 'x');
+  const files = await findFiles(workspace, ['dist/lib/null']);
+  await rename(join(workspace, 'dist', 'lib'), join(workspace, 'dist', 'lib-old'));
+  await symlink('/dev', join(workspace, 'dist', 'lib'));
+  // Had /dev/null been opened (a device's open runs its driver), the answer
+  // would have been "is not a regular file".
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.equal(err.message, 'dist/lib/null resolves outside the checkout: not read');
+});
+
+test('a FIFO outside the checkout, reached through a swapped directory, is never opened: its writer stays blocked', async () => {
+  const { workspace, host, copy } = await setUp();
+  await writeFile(join(workspace, 'dist', 'lib', 'q'), 'x');
+  execFileSync('mkfifo', [join(host, 'q')]);
+  const files = await findFiles(workspace, ['dist/lib/q']);
+  // A host process waits in open() for a reader of its FIFO.
+  const writer = spawn('sh', ['-c', `echo request > '${join(host, 'q')}'`], { stdio: 'ignore' });
+  const ended = new Promise<string>((resolve) => writer.on('exit', () => resolve('released')));
+  await rename(join(workspace, 'dist', 'lib'), join(workspace, 'dist', 'lib-old'));
+  await symlink(host, join(workspace, 'dist', 'lib'));
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.match(err.message, /dist\/lib\/q resolves outside the checkout/);
+  // An open for reading would have released it at once; a second is ample.
+  const state = await Promise.race([
+    ended,
+    new Promise<string>((resolve) => setTimeout(() => resolve('blocked'), 1_000)),
+  ]);
+  writer.kill();
+  assert.equal(state, 'blocked');
+});
+
+test('a sparse file larger than the free space is refused before anything is copied', async () => {
+  const { workspace, copy } = await setUp();
+  await writeFile(join(workspace, 'dist', 'big'), '');
+  const free = await statfs(copy).then((s) => Number(s.bavail) * Number(s.bsize));
+  // Holes: no disk in the checkout, all of it in a copy.
+  await truncate(join(workspace, 'dist', 'big'), free + 1024 ** 3);
+  const files = await findFiles(workspace, ['dist/big']);
+  const err = await refusal(copyOut(workspace, files, copy));
+  assert.match(err.message, /the files matched hold \d+ bytes, more than the \d+ bytes free/);
+  await assert.rejects(stat(join(copy, 'dist', 'big')), { code: 'ENOENT' });
+});
+
+test('a top-level name that starts with two dots is inside the checkout; the copy keeps modes and times whatever the umask', async () => {
+  const { workspace, copy } = await setUp();
+  await writeFile(join(workspace, '..env'), 'A=1\n');
+  await writeFile(join(workspace, 'dist', 'lib', 'old.txt'), 'old\n', { mode: 0o644 });
+  const then = new Date('2020-01-01T00:00:00Z');
+  await utimes(join(workspace, 'dist', 'lib', 'old.txt'), then, then);
+  const files = await findFiles(workspace, ['..env', 'dist/lib/old.txt']);
+  assert.deepEqual(
+    files.map((f) => f.path),
+    ['..env', 'dist/lib/old.txt'],
+  );
+  const umask = process.umask(0o077);
+  try {
+    await copyOut(workspace, files, copy);
+  } finally {
+    process.umask(umask);
+  }
+  assert.equal(await readFile(join(copy, '..env'), 'utf8'), 'A=1\n');
+  const info = await stat(join(copy, 'dist', 'lib', 'old.txt'));
+  assert.equal(info.mode & 0o777, 0o644);
+  assert.equal(info.mtime.toISOString(), then.toISOString());
 });
