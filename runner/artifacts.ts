@@ -82,6 +82,18 @@ function readFailure(rel: string, err: unknown): StorageError {
 }
 
 /**
+ * The one answer for a path that is not there, not a directory where one was
+ * listed, or that resolves outside the checkout: one message for all, so
+ * that a link to a root-only host directory does not tell the task which
+ * names exist there.
+ */
+function goneOrOutside(rel: string): StorageError {
+  return Object.assign(new StorageError(`${rel} is gone or outside the checkout: not read`), {
+    code: 'GONE',
+  });
+}
+
+/**
  * An O_PATH descriptor of `rel` under `root` whose real path (read from the
  * descriptor, /proc/self/fd) is inside `realRoot`, `root`'s real path; the
  * last component is never followed. Throws a StorageError naming `rel`.
@@ -97,20 +109,13 @@ async function pathInside(
   const full = rel === '' ? root : join(root, ...rel.split('/'));
   const handle = await open(full, O_PATH | constants.O_NOFOLLOW | flags).catch((err) => {
     const code = (err as NodeJS.ErrnoException).code;
-    if (flags & constants.O_DIRECTORY && (code === 'ENOTDIR' || code === 'ELOOP')) {
-      throw Object.assign(
-        new StorageError(`${rel} is no longer a directory inside the checkout: not read`),
-        { code },
-      );
-    }
+    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP') throw goneOrOutside(rel);
     throw readFailure(rel, err);
   });
   try {
     // No fallback to a path-based check: without /proc, nothing is read.
     const real = await readlink(`/proc/self/fd/${handle.fd}`);
-    if (!isBelow(realRoot, real, rel === '')) {
-      throw new StorageError(`${rel} resolves outside the checkout: not read`);
-    }
+    if (!isBelow(realRoot, real, rel === '')) throw goneOrOutside(rel);
     return handle;
   } catch (err) {
     await handle.close();
@@ -139,9 +144,10 @@ export async function findFiles(root: string, patterns: string[]): Promise<Found
     try {
       dir = await pathInside(root, realRoot, relDir, constants.O_DIRECTORY);
     } catch (err) {
-      // Gone, or no longer a directory (a link now): not listed.
+      // Gone, a link now, outside, or deeper than a path can name: not
+      // listed, and the same silence for each (goneOrOutside).
       const code = (err as { code?: string }).code;
-      if (relDir !== '' && (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ELOOP')) return;
+      if (relDir !== '' && (code === 'GONE' || code === 'ENAMETOOLONG')) return;
       throw err;
     }
     let entries: import('node:fs').Dirent[];
@@ -227,57 +233,84 @@ export async function copyOut(root: string, files: Found[], dest: string): Promi
     (s) => Number(s.bavail) * Number(s.bsize),
     () => Number.POSITIVE_INFINITY,
   );
-  if (total > free) {
+  // The copy, then its archive: twice the sizes found, so that a sparse file
+  // (or many) just under the free space cannot fill the runner's disk.
+  if (total * 2 > free) {
     throw new StorageError(
-      `the files matched hold ${total} bytes, more than the ${free} bytes free where the runner copies them`,
+      `the files matched hold ${total} bytes; the runner copies and archives them where ${free} bytes are free, and needs twice their size`,
     );
   }
   let copied = 0;
   for (const f of files) {
-    const to = join(dest, ...f.path.split('/'));
-    await mkdir(dirname(to), { recursive: true, mode: 0o700 });
-    if (f.link) {
-      const slash = f.path.lastIndexOf('/');
-      const dir = await pathInside(
-        root,
-        realRoot,
-        f.path.slice(0, Math.max(slash, 0)),
-        constants.O_DIRECTORY,
-      );
-      try {
-        const target = await readlink(`/proc/self/fd/${dir.fd}/${f.path.slice(slash + 1)}`).catch(
-          (err) => {
-            throw readFailure(f.path, err);
-          },
-        );
-        await symlink(target, to);
-      } finally {
-        await dir.close();
-      }
-      continue;
-    }
-    const handle = await openInside(root, realRoot, f.path);
     try {
-      const info = await handle.stat();
-      copied += info.size;
-      if (copied > free) {
-        throw new StorageError(
-          `${f.path} grew to ${info.size} bytes after it was found: the files no longer fit in the ${free} bytes free where the runner copies them`,
-        );
-      }
-      await pipeline(
-        info.size === 0
-          ? Readable.from([])
-          : handle.createReadStream({ autoClose: false, start: 0, end: info.size - 1 }),
-        createWriteStream(to, { mode: 0o600 }),
-      );
-      await chmod(to, info.mode & 0o777);
-      await utimes(to, info.atime, info.mtime);
+      copied += await copyOne(root, realRoot, f, dest, free, copied);
     } catch (err) {
-      throw readFailure(f.path, err);
-    } finally {
-      await handle.close();
+      throw copyFailure(f.path, err);
     }
+  }
+}
+
+/** A failure while copying `rel`: the task's error, naming only the workspace path. */
+function copyFailure(rel: string, err: unknown): StorageError {
+  if (err instanceof StorageError) return err;
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC' || code === 'EDQUOT') {
+    return new StorageError(`${rel} could not be copied: no space left where the runner copies it`);
+  }
+  return new StorageError(`${rel} could not be copied: ${code ?? 'an error'}`);
+}
+
+/** copyOut of one file or link; answers the bytes copied. */
+async function copyOne(
+  root: string,
+  realRoot: string,
+  f: Found,
+  dest: string,
+  free: number,
+  copied: number,
+): Promise<number> {
+  const to = join(dest, ...f.path.split('/'));
+  await mkdir(dirname(to), { recursive: true, mode: 0o700 });
+  if (f.link) {
+    const slash = f.path.lastIndexOf('/');
+    const dir = await pathInside(
+      root,
+      realRoot,
+      f.path.slice(0, Math.max(slash, 0)),
+      constants.O_DIRECTORY,
+    );
+    try {
+      const target = await readlink(`/proc/self/fd/${dir.fd}/${f.path.slice(slash + 1)}`).catch(
+        () => {
+          throw goneOrOutside(f.path);
+        },
+      );
+      await symlink(target, to);
+    } finally {
+      await dir.close();
+    }
+    return 0;
+  }
+  const handle = await openInside(root, realRoot, f.path);
+  try {
+    const info = await handle.stat();
+    if ((copied + info.size) * 2 > free) {
+      throw new StorageError(
+        `${f.path} grew to ${info.size} bytes after it was found: the files no longer fit twice in the ${free} bytes free where the runner copies them`,
+      );
+    }
+    // Up to the size it has now: a file a leftover process keeps writing
+    // is read as far as it was when opened.
+    const source =
+      info.size === 0
+        ? Readable.from([])
+        : handle.createReadStream({ autoClose: false, start: 0, end: info.size - 1 });
+    await pipeline(source, createWriteStream(to, { mode: 0o600 }));
+    await chmod(to, info.mode & 0o777);
+    await utimes(to, info.atime, info.mtime);
+    return info.size;
+  } finally {
+    await handle.close();
   }
 }
 

@@ -5,7 +5,7 @@
 // cache that cannot be restored or saved is a note in the log: the task
 // goes on, as it would with a miss.
 import { createHash } from 'node:crypto';
-import { lstat, mkdtemp, realpath, rm } from 'node:fs/promises';
+import { mkdtemp, realpath, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   copyOut,
@@ -41,18 +41,26 @@ export async function fillKey(key: string, workspace: string): Promise<string> {
       if (file.startsWith('/') || file.split('/').includes('..')) {
         throw new StorageError(`hash '${file}': the file must be in the checkout`);
       }
-      const full = join(workspace, ...file.split('/'));
-      const info = await lstat(full).catch(() => null);
-      if (!info?.isFile()) throw new StorageError(`hash '${file}': no such file in the checkout`);
-      // Read through a checked descriptor (openInside), as an upload is.
-      const handle = await openInside(workspace, await realpath(workspace), file);
+      // Read through a checked descriptor (openInside), as an upload is, and
+      // one answer for every file that is not there (a link to a root-only
+      // host directory must not tell which names exist in it).
+      const handle = await openInside(workspace, await realpath(workspace), file).catch(() => {
+        throw new StorageError(`hash '${file}': no regular file there inside the checkout`);
+      });
       try {
+        const size = (await handle.stat()).size;
+        const inner = createHash('sha256');
+        if (size > 0) {
+          for await (const chunk of handle.createReadStream({
+            autoClose: false,
+            start: 0,
+            end: size - 1,
+          })) {
+            inner.update(chunk as Buffer);
+          }
+        }
         hash.update(`${file}\0`);
-        hash.update(
-          createHash('sha256')
-            .update(await handle.readFile())
-            .digest(),
-        );
+        hash.update(inner.digest());
       } finally {
         await handle.close();
       }

@@ -709,11 +709,17 @@ async function withStalledClaim(
   }
 }
 
-// 6. The snapshot gap of the claim. The claim statement's snapshot is taken
-// when it starts; the statements inside conductor_claim read with newer ones.
-// A child promoted in between must be claimed with its parents' outputs, which
-// the first version (outputs read by the outer statement) missed.
-test("a child promoted while a claim is between its snapshots is claimed with its parent's outputs", async () => {
+// 6. The snapshot gap of the claim. At READ COMMITTED the claim statement's
+// snapshot was taken when it started and the statements inside
+// conductor_claim read with newer ones; these tests ran there without
+// meaning to: the stalled pool's URL carries `options`, which node-postgres
+// let replace the pool's REPEATABLE READ until createPool merged them
+// (docs/database.md, "The pool"). At REPEATABLE READ, the isolation every
+// claim runs at, the whole call reads the snapshot its statement took: a
+// child promoted during the stall is not seen by the stalled claim, and the
+// next claim takes it with its parent's outputs (the first version, which
+// read the outputs in the outer statement, handed it none).
+test("a child promoted while a claim is stalled is left to the next claim, which gets its parent's outputs", async () => {
   const project = await forgeProject(pool);
   const worker = await makeWorker(pool);
   const lane = newLane();
@@ -722,7 +728,7 @@ test("a child promoted while a claim is between its snapshots is claimed with it
     laneSpec(lane, 'child', { needs: ['parent'] }),
   ]);
   const [parent] = await claimAll(pool, worker, lane, 1);
-  const child = await withStalledClaim(worker, lane, async () => {
+  const stalled = await withStalledClaim(worker, lane, async () => {
     const done = await complete(pool, parent!, 'success', { v: 'made by parent' });
     assert.equal(done.state, 'success');
     const { rows } = await pool.query(
@@ -731,7 +737,9 @@ test("a child promoted while a claim is between its snapshots is claimed with it
     );
     assert.equal(rows[0].state, 'queued', 'the follow-up promoted the child');
   });
-  assert.equal(child?.name, 'child', 'the stalled claim takes the promoted child');
+  assert.equal(stalled, null, "the stalled claim's snapshot predates the promotion");
+  const child = await claimTask(pool, worker, [lane]);
+  assert.equal(child?.name, 'child');
   assert.deepEqual(
     child.needs_outputs,
     { parent: { v: 'made by parent' } },
@@ -759,22 +767,25 @@ test('a job cancelled while a claim is between its snapshots is not claimed from
   await assertTransitions(pool, [job.id]);
 });
 
-// A task inserted after the claim statement's snapshot: the function's own
-// statements see it, so the claim takes it, leased to this worker.
-test('a job started while a claim is between its snapshots is claimed', async () => {
+// A task inserted after the claim statement's snapshot is not seen by that
+// claim (REPEATABLE READ: the function's statements read the same snapshot);
+// the next claim takes it, leased to the worker.
+test('a job started while a claim is stalled is claimed by the next claim', async () => {
   const project = await forgeProject(pool);
   const worker = await makeWorker(pool);
   const lane = newLane();
   let jobId = '';
-  const claimed = await withStalledClaim(worker, lane, async () => {
+  const stalled = await withStalledClaim(worker, lane, async () => {
     jobId = (await startedJob(pool, project, [laneSpec(lane, 'fresh')])).id;
   });
+  assert.equal(stalled, null, "the stalled claim's snapshot predates the job");
+  const claimed = await claimTask(pool, worker, [lane]);
   const { rows } = await pool.query<{ id: string; state: string; attempt: number }>(
     'select id, state, attempt from tasks where job_id = $1',
     [jobId],
   );
   const task = rows[0]!;
-  assert.equal(claimed?.id, task.id, 'the stalled claim takes the task started meanwhile');
+  assert.equal(claimed?.id, task.id, 'the next claim takes the task started meanwhile');
   assert.deepEqual([task.state, task.attempt], ['running', 1]);
   await complete(pool, claimed);
   await assertTransitions(pool, [jobId]);
