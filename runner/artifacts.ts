@@ -54,6 +54,25 @@ export class StorageError extends Error {
   }
 }
 
+/**
+ * Checks that the needed tasks' artifact directories are distinct: `/` made
+ * `_` could put two tasks (`build (os: a/b)`, `build (os: a_b)`) in one
+ * directory, one's files over the other's. Throws a StorageError naming both.
+ */
+export function checkArtifactDirs(taskNames: string[]): void {
+  const byDir = new Map<string, string>();
+  for (const name of new Set(taskNames)) {
+    const dir = artifactDirName(name);
+    const other = byDir.get(dir);
+    if (other !== undefined) {
+      throw new StorageError(
+        `tasks ${JSON.stringify(other)} and ${JSON.stringify(name)} would share $CONDUCTOR_ARTIFACTS/${dir}/ (a / in a name becomes _); rename one of them`,
+      );
+    }
+    byDir.set(dir, name);
+  }
+}
+
 /** The directory name of a task's artifacts: its name, with `/` (a matrix value's) made `_`. */
 export function artifactDirName(taskName: string): string {
   const safe = taskName.replace(/[/\0]/g, '_');
@@ -473,6 +492,7 @@ export async function restoreNeededArtifacts(ctx: StorageContext): Promise<void>
     { retryForMs: ctx.retryForMs, signal: ctx.signal },
   );
   const artifacts = (answer.body as { artifacts?: NeededArtifact[] }).artifacts ?? [];
+  checkArtifactDirs(artifacts.map((a) => a.task_name));
   for (const artifact of artifacts) {
     const dir = join(ctx.artifactsDir, artifactDirName(artifact.task_name));
     await mkdir(dir, { recursive: true, mode: 0o755 });

@@ -29,7 +29,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { copyOut, findFiles, StorageError } from '../../runner/artifacts.ts';
+import { checkArtifactDirs, copyOut, findFiles, StorageError } from '../../runner/artifacts.ts';
 import { fillKey } from '../../runner/cache.ts';
 
 const root = await mkdtemp(join(tmpdir(), 'conductor-copy-out-'));
@@ -218,4 +218,15 @@ test('a top-level name that starts with two dots is inside the checkout; the cop
   const info = await stat(join(copy, 'dist', 'lib', 'old.txt'));
   assert.equal(info.mode & 0o777, 0o644);
   assert.equal(info.mtime.toISOString(), then.toISOString());
+});
+
+test("two needed tasks whose artifact directories would meet ('/' becomes '_') are refused, naming both", () => {
+  assert.doesNotThrow(() => checkArtifactDirs(['build (os: a/b)', 'test', 'build (os: a/b)']));
+  assert.throws(
+    () => checkArtifactDirs(['build (os: a/b)', 'test', 'build (os: a_b)']),
+    (err: unknown) =>
+      err instanceof StorageError &&
+      err.message ===
+        'tasks "build (os: a/b)" and "build (os: a_b)" would share $CONDUCTOR_ARTIFACTS/build (os: a_b)/ (a / in a name becomes _); rename one of them',
+  );
 });
