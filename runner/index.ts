@@ -435,6 +435,15 @@ class PollingRunner implements Runner {
       toolEnv: this.parts.toolEnv,
       masks: [o.token],
       untrusted: o.untrusted ?? false,
+      onTrustMismatch: (reason: string) => {
+        if (this.fatal) return;
+        this.parts.log('error', 'a task did not match --untrusted; the runner stops', {
+          err: reason,
+        });
+        this.fatal = new Error(reason);
+        // No new claims; the task is completed (given back) before the loop ends.
+        this.stop();
+      },
       killGraceMs: o.killGraceMs ?? 5_000,
       logFlushMs: o.logFlushMs ?? 1_000,
       logChunkBytes: o.logChunkBytes ?? 64 * 1024,

@@ -36,6 +36,12 @@ export interface TaskRunContext {
   masks: string[];
   /** The runner was started with --untrusted: it runs only untrusted tasks. */
   untrusted: boolean;
+  /**
+   * Called when a task's trust does not match --untrusted: the runner's flag
+   * disagrees with its worker's registration, so it stops claiming (every
+   * task it would claim would be given back the same way).
+   */
+  onTrustMismatch?: (reason: string) => void;
   /** Between SIGTERM and SIGKILL when a script is stopped. */
   killGraceMs: number;
   logFlushMs: number;
@@ -177,9 +183,16 @@ export class TaskRun {
     let taskDir: string | undefined;
     let result: Result;
     try {
-      const refusal =
-        trustRefusal(task.trusted, ctx.untrusted) ?? servicesRefusal(task, ctx.executor);
-      if (refusal) {
+      const mismatch = trustRefusal(task.trusted, ctx.untrusted);
+      const refusal = mismatch ?? servicesRefusal(task, ctx.executor);
+      if (mismatch) {
+        // Given back (transient: queued again while attempts remain) for a
+        // runner whose flag matches its registration, and this one stops.
+        const error = `${mismatch}; given back, and this runner stops`;
+        this.note(error);
+        result = { outcome: 'failed', exitCode: null, transient: true, error };
+        ctx.onTrustMismatch?.(mismatch);
+      } else if (refusal) {
         this.note(refusal);
         // Not transient: no other attempt on a runner like this one would do better.
         result = { outcome: 'failed', exitCode: null, transient: false, error: refusal };

@@ -73,7 +73,7 @@ test("a claim answered 503 is repeated with the same key after the Retry-After i
   assert.ok(repeat!.at - refused!.at >= 2_000, `${repeat!.at - refused!.at} ms`);
 });
 
-test('a runner started with --untrusted fails a trusted task at once without running it, and a runner without it an untrusted one', async () => {
+test('a runner started with --untrusted gives a trusted task back without running it and stops, and a runner without it an untrusted one', async () => {
   const dir = await tempDir('conductor-trust-');
   const marker = join(dir, 'ran');
   const f = await Fixture.create(
@@ -81,23 +81,33 @@ test('a runner started with --untrusted fails a trusted task at once without run
     'trust-mismatch',
     `  deploy:\n    script: ['touch ${marker}']\n`,
   );
+  /** The job's one task once its first attempt has ended (given back). */
+  const givenBack = (jobId: string) =>
+    waitFor(`the task of job ${jobId} given back`, async () => {
+      const t = (await f.job(jobId)).tasks[0]!;
+      return t.error ? t : undefined;
+    });
+
   // The worker is registered trusted and the job is trusted (a manual
   // trigger): the runner's --untrusted does not match what the token is.
   const untrusted = await f.runner({ ...(await fakeDocker()), untrusted: true });
   const first = await f.trigger();
-  const refused = (await f.finished(first)).tasks[0]!;
-  await untrusted.stop();
+  const refused = await givenBack(first);
+  await assert.rejects(untrusted.done, /^Error: this runner was started with --untrusted/);
   assert.deepEqual(
     { state: refused.state, attempt: refused.attempt, exit_code: refused.exit_code },
-    { state: 'failed', attempt: 1, exit_code: null },
-    'not transient: not retried',
+    { state: 'queued', attempt: 1, exit_code: null },
+    'given back: queued again for a runner that matches its registration',
   );
   assert.match(
     refused.error ?? '',
-    /^this runner was started with --untrusted and was handed a trusted task: a runner for untrusted code never runs trusted work/,
+    /^this runner was started with --untrusted and was handed a trusted task: a runner for untrusted code never runs trusted work.*; given back, and this runner stops$/,
   );
-  assert.match(await f.log(refused.id), /^\[conductor\] this runner was started with --untrusted/m);
-  assert.doesNotMatch(await f.log(refused.id), /^\+ touch/m, 'the script never started');
+  assert.match(
+    await f.log(refused.id, 1),
+    /^\[conductor\] this runner was started with --untrusted/m,
+  );
+  assert.doesNotMatch(await f.log(refused.id, 1), /^\+ touch/m, 'the script never started');
 
   // The reverse needs a control plane that hands an untrusted task to a
   // worker that is not registered untrusted, which this one never does: the
@@ -109,15 +119,27 @@ test('a runner started with --untrusted fails a trusted task at once without run
     body.task.trusted = false;
     return new Response(JSON.stringify(body), { status: 200, headers: res.headers });
   };
-  await f.runner({ fetch: saysUntrusted });
-  const second = await f.trigger();
-  const task = (await f.finished(second)).tasks[0]!;
-  assert.deepEqual({ state: task.state, attempt: task.attempt }, { state: 'failed', attempt: 1 });
+  const second = await f.runner({ fetch: saysUntrusted });
+  // It claims the first job's task (queued again) and gives it back too.
+  const again = await waitFor('the second attempt given back', async () => {
+    const t = (await f.job(first)).tasks[0]!;
+    return t.attempt === 2 && t.state === 'queued' ? t : undefined;
+  });
+  await assert.rejects(second.done, /^Error: this runner was started without --untrusted/);
   assert.match(
-    task.error ?? '',
-    /^this runner was started without --untrusted and was handed an untrusted task/,
+    again.error ?? '',
+    /^this runner was started without --untrusted and was handed an untrusted task.*; given back, and this runner stops$/,
   );
   await assert.rejects(access(marker), { code: 'ENOENT' }, 'neither runner ran the script');
+
+  // A runner whose flag matches its registration then runs it.
+  await f.runner();
+  const done = await f.finished(first);
+  assert.deepEqual(
+    { state: done.tasks[0]!.state, attempt: done.tasks[0]!.attempt },
+    { state: 'success', attempt: 3 },
+  );
+  await access(marker);
 });
 
 test('--once claims until a task comes, runs it, reports it and exits 0 whatever its outcome; the ephemeral token then claims nothing more (401)', async () => {
