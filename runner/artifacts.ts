@@ -224,6 +224,12 @@ export async function openInside(root: string, realRoot: string, rel: string): P
     if (info.isSymbolicLink())
       throw new StorageError(`${rel} became a link after it was found: not read`);
     if (!info.isFile()) throw new StorageError(`${rel} is not a regular file`);
+    // A hard link the task made to a file it does not own (a host's
+    // /etc/shadow, where fs.protected_hardlinks is off) is inside the checkout
+    // by every path check: refused unless its owner is the checkout's.
+    if (info.nlink > 1 && info.uid !== (await stat(realRoot)).uid) {
+      throw new StorageError(`${rel} is a hard link to a file the checkout's owner does not own`);
+    }
     return await open(
       `/proc/self/fd/${named.fd}`,
       constants.O_RDONLY | constants.O_NOCTTY | constants.O_NONBLOCK,

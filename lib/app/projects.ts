@@ -1,6 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { type Pool, type Queryable, SQLSTATE, sqlState, transaction } from '../db/index.ts';
+import {
+  type Pool,
+  type Queryable,
+  SQLSTATE,
+  sqlState,
+  statement,
+  transaction,
+} from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { BranchSource } from '../forge/branch.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
@@ -257,18 +264,21 @@ export async function findProjectByRepo(
 
 /**
  * Keeps the default branch a verified webhook names, when it is new: one
- * statement that writes nothing when the project already has it.
+ * statement that writes nothing when the project already has it. Deliveries
+ * arriving together all see the old value and all write: at REPEATABLE READ
+ * each later writer meets the first's commit (40001), and statement() runs
+ * it again, when it finds the branch set and writes nothing.
  */
 export async function rememberDefaultBranch(
-  db: Queryable,
+  db: Pool,
   projectId: string,
   branch: string,
 ): Promise<void> {
-  await db.query(
-    `update projects set default_branch = $2
-      where id = $1 and default_branch is distinct from $2`,
-    [projectId, branch],
-  );
+  await statement(db, {
+    text: `update projects set default_branch = $2
+            where id = $1 and default_branch is distinct from $2`,
+    values: [projectId, branch],
+  });
 }
 
 /**

@@ -12,6 +12,8 @@ import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   chmod,
+  chown,
+  link,
   lstat,
   mkdir,
   mkdtemp,
@@ -229,4 +231,40 @@ test("two needed tasks whose artifact directories would meet ('/' becomes '_') a
       err.message ===
         'tasks "build (os: a/b)" and "build (os: a_b)" would share $CONDUCTOR_ARTIFACTS/build (os: a_b)/ (a / in a name becomes _); rename one of them',
   );
+});
+
+test("a hard link to a file the checkout's owner does not own is not read; one to its own file is", async () => {
+  const { workspace, host, secret, copy } = await setUp();
+  // The checkout belongs to the build user (uid 4321 here, as root; as
+  // anyone else, to them), and a host file to someone else.
+  const asRoot = process.getuid?.() === 0;
+  const owner = asRoot ? 4321 : process.getuid!();
+  if (asRoot) {
+    for (const path of [workspace, join(workspace, 'dist'), join(workspace, 'dist', 'app')]) {
+      await chown(path, owner, owner);
+    }
+  }
+  await link(join(workspace, 'dist', 'app'), join(workspace, 'dist', 'own-link'));
+  await link(join(host, 'app'), join(workspace, 'dist', 'host-link'));
+  const hostOwned = (await stat(join(host, 'app'))).uid !== owner;
+  const files = await findFiles(workspace, ['dist/own-link', 'dist/host-link']);
+  if (hostOwned) {
+    const err = await refusal(copyOut(workspace, files, copy));
+    assert.equal(
+      err.message,
+      "dist/host-link is a hard link to a file the checkout's owner does not own",
+    );
+    assert.doesNotMatch(err.message, new RegExp(secret));
+  } else {
+    // Not root: every file is the runner's own, and a link to one is read.
+    await copyOut(workspace, files, copy);
+    assert.equal(await readFile(join(copy, 'dist', 'host-link'), 'utf8'), secret);
+  }
+  const own = await mkdtemp(join(root, 'own-'));
+  await copyOut(
+    workspace,
+    files.filter((f) => f.path === 'dist/own-link'),
+    own,
+  );
+  assert.equal(await readFile(join(own, 'dist', 'own-link'), 'utf8'), '#!/bin/sh\necho built\n');
 });
