@@ -1,6 +1,6 @@
 // A runner's report that an attempt ended. Most reports are successes without
-// an error: the token check and the success are then one statement (the fast
-// path). Anything else, and a success the fast path could not record, takes
+// an error: the token check, the success and its follow-up are then one call
+// (the fast path, conductor_finish_success). Anything else, and a success the fast path could not record, takes
 // the general completion. Outputs and the error are checked and masked first.
 import type { AppContext } from '../context.ts';
 import { workerTokenRequired } from '../http/auth.ts';
@@ -48,7 +48,7 @@ export async function completeForToken(
     report = { ...sent, outputs: masked.outputs, error: masked.error || null };
   }
   if (successFirst) {
-    // The common case: the token check and the success are one statement.
+    // The common case: the token check, the success and the follow-up in one call.
     const fast = await completeSuccessByToken(ctx.pool, tokenHash, {
       taskId: report.taskId,
       leaseId: report.leaseId,
@@ -56,12 +56,14 @@ export async function completeForToken(
       outputs: report.outputs,
       transient: report.transient,
     });
-    if (!fast.workerId) throw workerTokenRequired();
+    if (fast.workerId === null) throw workerTokenRequired();
     if (fast.result) {
       if (fast.result.job_state) await deliverJobStatus(ctx, fast.result.job_id);
       return { state: fast.result.state, job_state: fast.result.job_state };
     }
-    workerId = fast.workerId;
+    // The success did not apply, or the call failed before answering (then
+    // the token is checked now, and a success it committed is a repeat).
+    workerId = fast.workerId ?? (await requireWorkerByHash(ctx.pool, tokenHash, sent.leaseId)).id;
   } else {
     workerId ??= (await requireWorkerByHash(ctx.pool, tokenHash, sent.leaseId)).id;
   }

@@ -75,7 +75,7 @@ export function loadMigrations(dir: string = MIGRATIONS_DIR): Migration[] {
 
 /**
  * Reads migrations/functions/<name>.sql, each of which must define the
- * function it is named after with `create or replace` (it is applied again
+ * function (or procedure) it is named after with `create or replace` (it is applied again
  * whenever it changes). No directory: no function files.
  */
 export function loadFunctionFiles(dir: string = FUNCTIONS_DIR): FunctionFile[] {
@@ -87,9 +87,13 @@ export function loadFunctionFiles(dir: string = FUNCTIONS_DIR): FunctionFile[] {
     if (!match) throw new MigrationError(`function file name "${file}" is not <function_name>.sql`);
     const name = match[1]!;
     const sql = readFileSync(join(dir, file), 'utf8');
-    if (!new RegExp(`^create\\s+or\\s+replace\\s+function\\s+${name}\\s*\\(`, 'im').test(sql)) {
+    if (
+      !new RegExp(`^create\\s+or\\s+replace\\s+(function|procedure)\\s+${name}\\s*\\(`, 'im').test(
+        sql,
+      )
+    ) {
       throw new MigrationError(
-        `function file "${file}" must define its function with "create or replace function ${name}("`,
+        `function file "${file}" must define its function with "create or replace function ${name}(" (or procedure)`,
       );
     }
     files.push({ name, sql });

@@ -1,10 +1,17 @@
-import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
+import {
+  type Pool,
+  prepared,
+  type Queryable,
+  statement,
+  transaction,
+  unavailability,
+} from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
+import { log } from '../log.ts';
 import type { JobState, TaskState } from '../states.ts';
 import { endAttemptTx } from './attempt.ts';
-import { followUpAfterCommit } from './progress.ts';
+import { type FollowUpRow, followUpAfterCommit } from './progress.ts';
 import { type AttemptRow, DEFAULT_LEASE_S, type TaskRow } from './types.ts';
-import { workerByTokenFor } from './worker-token.ts';
 
 const OUTPUT_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -77,8 +84,8 @@ interface Outcome {
 }
 
 /**
- * Records a task outcome under its current lease, then, in a statement opened
- * after that commit (and a transaction when a child became ready), promotes
+ * Records a task outcome under its current lease, then, in a transaction
+ * opened after that commit (and another when a child became ready), promotes
  * the children that became ready and settles the job. Repeating a completion
  * with the same lease answers the same state.
  */
@@ -86,38 +93,105 @@ export async function completeTask(
   pool: Pool,
   c: Completion,
   opts: {
-    /** completeSuccessByToken already tried the one-statement success: go straight to the transaction. */
+    /** completeSuccessByToken already tried the success procedure: go straight to the transaction. */
     successTried?: boolean;
   } = {},
 ): Promise<CompletionResult> {
   const outputs = checkedOutputs(c.outputs);
-  const outcome =
-    (opts.successTried ? null : await recordSuccess(pool, c, outputs)) ??
-    (await recordOutcome(pool, c, outputs));
-  return afterOutcome(pool, outcome, c.taskId);
+  if (c.outcome === 'success' && !opts.successTried) {
+    const fast = await finishSuccess(pool, c, null, outputs);
+    if (fast?.job_id) return afterFinish(pool, fast, fast.job_id, c.taskId);
+  }
+  return afterOutcome(pool, await recordOutcome(pool, c, outputs), c.taskId);
 }
 
-// A success reported with a worker token: the token check, the "seen" mark
-// and the success statement in one round trip.
-const SUCCESS_BY_TOKEN = `
-  with ${workerByTokenFor('$3')}
-  select w.id as worker_id,
-         conductor_complete_success($2, $3, w.id, null, $4, $5, $6::jsonb) as job_id
-    from worker w`;
+// The common outcome in one call: the success procedure
+// (migrations/functions/conductor_finish_success.sql) records a success under
+// the current lease of a task whose job was not cancelled (outputs, task and
+// attempt), commits, and runs the follow-up in a transaction of its own
+// opened after that commit: one round trip where a statement for the outcome
+// and another for the follow-up took two (issue #36). With a token hash, the
+// token check and the "seen" mark come first, in the success's transaction.
+const FINISH = 'call conductor_finish_success($1, $2, $3, $4, $5, $6, $7, $8::jsonb)';
+
+interface FinishRow extends FollowUpRow {
+  /** The worker (the token's, when a hash was given); null: no such worker. */
+  worker_id: string | null;
+  /** The task's job when the success was recorded; null: nothing matched. */
+  job_id: string | null;
+}
+
+/**
+ * Calls the success procedure. A 40001 is retried by `statement` (the
+ * second call finds either nothing recorded, or the success recorded and
+ * matches nothing). A failure that passes (the connection lost, a lock or
+ * statement timeout: lib/db/unavailable.ts) is thrown, as before the
+ * procedure: the route answers 503 and the runner sends the completion
+ * again; the success may have committed (the follow-up runs after the
+ * commit), and the repeat finds it and runs the follow-up again. Any other
+ * failure answers null, and the caller takes the general completion, which
+ * answers a committed success as a repeat (and runs the follow-up), or
+ * records it now.
+ */
+async function finishSuccess(
+  pool: Pool,
+  c: Pick<Completion, 'taskId' | 'leaseId' | 'error' | 'exitCode' | 'transient'> & {
+    workerId: string | null;
+  },
+  tokenHash: Buffer | null,
+  outputs: Record<string, string>,
+): Promise<FinishRow | null> {
+  try {
+    const [row] = await statement<FinishRow>(
+      pool,
+      prepared('conductor_finish_success', FINISH, [
+        c.taskId,
+        c.leaseId,
+        c.workerId,
+        tokenHash,
+        c.error ?? null,
+        c.exitCode ?? null,
+        c.transient ?? false,
+        JSON.stringify(outputs),
+      ]),
+    );
+    return row ?? null;
+  } catch (err) {
+    const kind = unavailability(err);
+    if (kind !== undefined && kind !== 'contention') throw err;
+    log('warn', 'success procedure failed; taking the general completion', {
+      task_id: c.taskId,
+      err,
+    });
+    return null;
+  }
+}
+
+/** The completion's answer after the success procedure recorded the success and ran the follow-up. */
+function afterFinish(
+  pool: Pool,
+  row: FollowUpRow,
+  jobId: string,
+  taskId: string,
+): Promise<CompletionResult> {
+  const outcome: Outcome = { state: 'success', jobId, final: true, repeated: false };
+  return afterOutcome(pool, outcome, taskId, row);
+}
 
 /** What completeSuccessByToken found. */
 export type SuccessByToken =
   /** The token is unknown or revoked: nothing was done. */
   | { workerId: null; result: null }
   /** The success applied (result), or did not (a repeat, a stale lease, a cancel flag: null). */
-  | { workerId: string; result: CompletionResult | null };
+  | { workerId: string; result: CompletionResult | null }
+  /** The call failed (the token may not have been checked): take the general completion. */
+  | { workerId: undefined; result: null };
 
 /**
- * completeTask for a success without an error message, by the worker whose
- * bearer token hashes to `tokenHash`, authenticating in the same statement.
- * When the success did not apply, the caller calls completeTask for the
- * worker with `successTried`, which sorts out the repeat, the stale lease or
- * the cancel in a transaction.
+ * completeTask for a success by the worker whose bearer token hashes to
+ * `tokenHash`, authenticating in the same call. When the success did not
+ * apply, the caller calls completeTask for the worker with `successTried`,
+ * which sorts out the repeat, the stale lease or the cancel in a transaction.
  */
 export async function completeSuccessByToken(
   pool: Pool,
@@ -125,22 +199,14 @@ export async function completeSuccessByToken(
   c: Pick<Completion, 'taskId' | 'leaseId' | 'exitCode' | 'outputs' | 'transient'>,
 ): Promise<SuccessByToken> {
   const outputs = checkedOutputs(c.outputs);
-  const rows = await statement<{ worker_id: string; job_id: string | null }>(
-    pool,
-    prepared('conductor_complete_success_by_token', SUCCESS_BY_TOKEN, [
-      tokenHash,
-      c.taskId,
-      c.leaseId,
-      c.exitCode ?? null,
-      c.transient ?? false,
-      JSON.stringify(outputs),
-    ]),
-  );
-  const row = rows[0];
-  if (!row) return { workerId: null, result: null };
+  const row = await finishSuccess(pool, { ...c, workerId: null }, tokenHash, outputs);
+  if (!row) return { workerId: undefined, result: null };
+  if (!row.worker_id) return { workerId: null, result: null };
   if (!row.job_id) return { workerId: row.worker_id, result: null };
-  const outcome: Outcome = { state: 'success', jobId: row.job_id, final: true, repeated: false };
-  return { workerId: row.worker_id, result: await afterOutcome(pool, outcome, c.taskId) };
+  return {
+    workerId: row.worker_id,
+    result: await afterFinish(pool, row, row.job_id, c.taskId),
+  };
 }
 
 function checkedOutputs(outputs: Record<string, string> = {}): Record<string, string> {
@@ -156,11 +222,12 @@ function checkedOutputs(outputs: Record<string, string> = {}): Record<string, st
   return outputs;
 }
 
-/** The follow-up of a recorded outcome, and what the completion answers. */
+/** The follow-up of a recorded outcome (`done`: already run by the success procedure), and what the completion answers. */
 async function afterOutcome(
   pool: Pool,
   outcome: Outcome,
   taskId: string,
+  done?: FollowUpRow,
 ): Promise<CompletionResult> {
   if (!outcome.final) return { state: outcome.state, job_state: null, job_id: outcome.jobId };
   // A repeat runs the follow-up again too: if the first one was lost (the
@@ -170,36 +237,8 @@ async function afterOutcome(
   // commit status on that report. Were a repeat's settle kept quiet, a
   // repeat that settled before the first completion's follow-up would leave
   // neither answer reporting, and the status to the sweep.
-  const follow = await followUpAfterCommit(pool, outcome.jobId, taskId);
+  const follow = await followUpAfterCommit(pool, outcome.jobId, taskId, done);
   return { state: outcome.state, job_state: follow?.jobState ?? null, job_id: outcome.jobId };
-}
-
-// The common outcome in one statement: a success under the current lease of a
-// task whose job was not cancelled (conductor_complete_success, migrations/002:
-// outputs, task and attempt commit together). Anything else, a repeat, a stale
-// lease or a cancel flag included, answers null and goes to recordOutcome.
-const SUCCESS = 'select conductor_complete_success($1, $2, $3, $4, $5, $6, $7::jsonb) as job_id';
-
-async function recordSuccess(
-  pool: Pool,
-  c: Completion,
-  outputs: Record<string, string>,
-): Promise<Outcome | null> {
-  if (c.outcome !== 'success') return null;
-  const rows = await statement<{ job_id: string | null }>(
-    pool,
-    prepared('conductor_complete_success', SUCCESS, [
-      c.taskId,
-      c.leaseId,
-      c.workerId,
-      c.error ?? null,
-      c.exitCode ?? null,
-      c.transient ?? false,
-      JSON.stringify(outputs),
-    ]),
-  );
-  const jobId = rows[0]?.job_id;
-  return jobId ? { state: 'success', jobId, final: true, repeated: false } : null;
 }
 
 /** Any outcome, a repeat, or a lease problem, in a transaction that locks the task. */

@@ -372,31 +372,24 @@ export async function settleJobAfterCommit(pool: Pool, jobId: string): Promise<J
   return row?.state ?? null;
 }
 
-// The follow-up of a finished task, as one statement in its own transaction:
-// it settles the job if nothing is left, and answers whether a child of the
-// task is waiting with every need finished (conductor_child_ready,
-// migrations/002, promoteReady's candidates). Most completions find neither
-// (siblings are still running, the task has no children) and write nothing.
-// Run after the outcome committed, it sees that commit; a sibling that commits
-// later runs its own and sees this one. A job with a child to promote is not
-// finished, so the settle and the promotion never both have work.
-// A failed fail_fast expansion with siblings to stop (conductor_fail_fast_due,
-// migrations/009) goes to the transaction too: its siblings are unfinished,
-// so this settle found nothing to do.
-// A waiting task with `when: always` or `on_failure` whose needs are all
-// final may sit past a skipped task, out of this walk of the finished task's
-// children: `conditional` (the partial index tasks_waiting_conditional,
-// migrations/012) sends the job to a promotion of all its waiting tasks.
-const FOLLOW_UP = `
-  select conductor_settle($1::uuid) as job_state, conductor_child_ready($2::uuid) as promote,
-         conductor_fail_fast_due($2::uuid) as fail_fast,
-         exists (select 1 from tasks c
-                  where c.job_id = $1::uuid and c.state = 'waiting' and c.run_when <> 'on_success'
-                    and not exists (
-                          select 1 from task_needs n join tasks p on p.id = n.need_id
-                           where n.task_id = c.id
-                             and p.state in ('waiting', 'queued', 'running', 'blocked'))
-               ) as conditional`;
+// The follow-up of a finished task, as one statement in its own transaction
+// (conductor_follow_up, migrations/functions/conductor_follow_up.sql): it
+// settles the job if nothing is left, and answers whether the job needs the
+// promotion transaction. Run after the outcome committed, it sees that
+// commit; a sibling that commits later runs its own and sees this one.
+const FOLLOW_UP = 'select * from conductor_follow_up($1::uuid, $2::uuid)';
+
+/** What conductor_follow_up answered for a finished task. */
+export interface FollowUpRow {
+  /** The job's final state when this follow-up settled it, else null. */
+  job_state: JobState | null;
+  /** A child of the task is waiting with every need finished. */
+  promote: boolean;
+  /** A failed fail_fast expansion has siblings to stop. */
+  fail_fast: boolean;
+  /** A `when: always` or `on_failure` task of the job may be ready. */
+  conditional: boolean;
+}
 
 const NOTHING: FollowUpResult = { promoted: 0, failed: 0, skipped: 0, jobState: null };
 
@@ -410,15 +403,17 @@ export async function followUpAfterCommit(
   pool: Pool,
   jobId: string,
   parentId?: string,
+  /** conductor_follow_up's answer when the caller already ran it (conductor_finish_success). */
+  done?: FollowUpRow,
 ): Promise<FollowUpResult | null> {
   try {
     if (parentId !== undefined) {
-      const [row] = await statement<{
-        job_state: JobState | null;
-        promote: boolean;
-        fail_fast: boolean;
-        conditional: boolean;
-      }>(pool, prepared('conductor_follow_up', FOLLOW_UP, [jobId, parentId]));
+      const [row] = done
+        ? [done]
+        : await statement<FollowUpRow>(
+            pool,
+            prepared('conductor_follow_up', FOLLOW_UP, [jobId, parentId]),
+          );
       if (row?.conditional) return await followUp(pool, jobId);
       if (!row?.promote && !row?.fail_fast) {
         return { ...NOTHING, jobState: row?.job_state ?? null };

@@ -96,12 +96,15 @@ interface SettleRetries {
   count: number;
 }
 
+/** The statements that settle: the success procedure, the follow-up, the settle after a promotion. */
+const SETTLING = /conductor_(settle|follow_up|finish_success)\(/;
+
 /**
  * Counts, on every connection `pool` opens from now on, the statements that
- * call conductor_settle (the follow-up's one statement, and its settle after
- * a promotion) and fail with 40001/40P01. The library retries each at once
- * (lib/db/statement.ts) and reports none, so the bench watches the client's
- * queries.
+ * call conductor_settle (in the success procedure, the follow-up's one
+ * statement, and the settle after a promotion) and fail with 40001/40P01 in
+ * it. The library retries each at once (lib/db/statement.ts) and reports
+ * none, so the bench watches the client's queries.
  */
 function countSettleRetries(pool: Pool): SettleRetries {
   const counter = { count: 0 };
@@ -111,9 +114,14 @@ function countSettleRetries(pool: Pool): SettleRetries {
       const result = query(...args);
       const q = args[0] as string | { text?: string } | undefined;
       const text = typeof q === 'string' ? q : q?.text;
-      if (text?.includes('conductor_settle(') && result instanceof Promise) {
+      if (SETTLING.test(text ?? '') && result instanceof Promise) {
         result.catch((err: unknown) => {
-          if (RETRYABLE_SQLSTATES.has(sqlState(err) ?? '')) counter.count++;
+          // The success procedure's 40001 counts when its settle raised it
+          // (the error's context names the function), not its success.
+          const where = String((err as { where?: unknown }).where ?? '');
+          const settle =
+            !text?.includes('conductor_finish_success') || where.includes('conductor_settle');
+          if (settle && RETRYABLE_SQLSTATES.has(sqlState(err) ?? '')) counter.count++;
         });
       }
       return result;

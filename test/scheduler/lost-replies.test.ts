@@ -57,6 +57,19 @@ async function oneTask(over: Parameters<typeof spec>[1] = {}) {
   return { lane, project, job, task, worker: rows[0]!.id, tokenHash: hashToken(token) };
 }
 
+/** oneTask's task claimed by its worker, and that claim's success report. */
+async function claimedSuccess() {
+  const { worker, lane, job } = await oneTask();
+  const claimed = (await claimTask(pool, worker, [lane]))!;
+  const c = {
+    workerId: worker,
+    taskId: claimed.id,
+    leaseId: claimed.lease_id!,
+    outcome: 'success' as const,
+  };
+  return { job, claimed, c };
+}
+
 async function attemptsOf(taskId: string): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(
     'select count(*)::int as n from task_attempts where task_id = $1',
@@ -287,41 +300,68 @@ test("a claim given back after its job's cancel was requested ends cancelled, an
 // after its outcome committed and before its follow-up, so the repeat's
 // follow-up settles (and reports: before #35 neither answer did).
 test('of a completion and its repeat, the first one settles the job and reports it; the repeat answers null', async () => {
-  const { worker, lane } = await oneTask();
-  const claimed = await claimTask(pool, worker, [lane]);
-  const c = {
-    workerId: worker,
-    taskId: claimed!.id,
-    leaseId: claimed!.lease_id!,
-    outcome: 'success' as const,
-  };
+  const { c } = await claimedSuccess();
   assert.equal((await completeTask(pool, c)).job_state, 'success');
   const repeat = await completeTask(pool, c);
   assert.deepEqual([repeat.state, repeat.job_state], ['success', null]);
 });
 
-test("a completion whose reply is lost after its outcome committed: the repeat's follow-up settles the job and reports it", async () => {
-  const { worker, lane, job } = await oneTask();
-  const claimed = await claimTask(pool, worker, [lane]);
-  const c = {
-    workerId: worker,
-    taskId: claimed!.id,
-    leaseId: claimed!.lease_id!,
-    outcome: 'success' as const,
-  };
+test('a completion whose reply is lost after the success and its follow-up committed: the job is settled, and the repeat answers the same state', async () => {
+  const { job, claimed, c } = await claimedSuccess();
   const app = proxied();
   try {
-    const cut = proxy.once('conductor_complete_success', 'lose-reply');
+    // The success procedure's reply is dropped once all of its work
+    // committed: the success, then the follow-up in its own transaction.
+    const cut = proxy.once('conductor_finish_success', 'lose-reply', async () => {
+      assert.equal(await db.jobState(job.id), 'success', 'the call settled the job');
+    });
     const first = await settle(completeTask(app, c));
     await cut;
     assert.equal(first.status, 'rejected');
   } finally {
     await app.end();
   }
-  assert.equal(await db.jobState(job.id), 'running', 'the first follow-up never ran');
+  const repeat = await completeTask(pool, c);
+  assert.deepEqual([repeat.state, repeat.job_state], ['success', null]);
+  assert.equal(await attemptsOf(claimed.id), 1);
+});
+
+test("a success call whose connection dies after its success committed, before its follow-up settled: the repeat's follow-up settles the job and reports it", async () => {
+  const { job, claimed, c } = await claimedSuccess();
+  // The job row is held, so the call's follow-up (its settle) waits on it
+  // after the success committed; its backend is then terminated.
+  const holder = await pool.connect();
+  const app = createPool({ url: db.url, max: 2 });
+  try {
+    await holder.query('begin');
+    await holder.query('select 1 from jobs where id = $1 for update', [job.id]);
+    const first = settle(completeTask(app, c));
+    await waitUntil(async () => (await rowLockWaiters()) === 1);
+    const { rows } = await pool.query<{ state: string }>('select state from tasks where id = $1', [
+      claimed.id,
+    ]);
+    assert.equal(rows[0]!.state, 'success', 'the success committed before the follow-up');
+    await pool.query(
+      `select pg_terminate_backend(pid) from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`,
+    );
+    const outcome = await first;
+    assert.equal(
+      outcome.status,
+      'rejected',
+      "a lost connection is the caller's (a 503 on the route)",
+    );
+    assert.ok(isConnectionError((outcome as PromiseRejectedResult).reason));
+    await holder.query('commit');
+  } finally {
+    holder.release();
+    await app.end();
+  }
+  assert.equal(await db.jobState(job.id), 'running', 'the follow-up never finished');
   const repeat = await completeTask(pool, c);
   assert.deepEqual([repeat.state, repeat.job_state], ['success', 'success']);
   assert.equal(await db.jobState(job.id), 'success');
+  assert.equal(await attemptsOf(claimed.id), 1);
 });
 
 async function waitUntil(check: () => Promise<boolean>): Promise<void> {
