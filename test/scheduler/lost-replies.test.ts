@@ -3,15 +3,17 @@
 // give-back cannot run either, is answered again to a repeat with the same
 // Idempotency-Key; a claim answered 503 by the early timeout is given back; a
 // takeover given back restarts the queue clock; a claim given back after its
-// job's cancel ends cancelled; and of a completion and its repeat, whichever
-// follow-up settles the job reports it. Each fault is made on purpose: the
+// job's cancel ends cancelled; of a completion and its repeat, whichever
+// follow-up settles the job reports it; and a success call (the success, its
+// commit, the follow-up: issue #36) that fails after its commit loses nothing
+// and records nothing twice. Each fault is made on purpose: the
 // wire is cut by a TCP proxy right after the server answered, rows are held.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import test from 'node:test';
 import { claimForToken } from '../../lib/app/claim.ts';
 import { putSecret } from '../../lib/app/projects.ts';
-import { createPool, isConnectionError } from '../../lib/db/index.ts';
+import { createPool, isConnectionError, loadFunctionFiles } from '../../lib/db/index.ts';
 import { UnavailableError } from '../../lib/errors.ts';
 import { hashToken } from '../../lib/http/auth.ts';
 import {
@@ -362,6 +364,27 @@ test("a success call whose connection dies after its success committed, before i
   assert.deepEqual([repeat.state, repeat.job_state], ['success', 'success']);
   assert.equal(await db.jobState(job.id), 'success');
   assert.equal(await attemptsOf(claimed.id), 1);
+});
+
+test("a success call whose follow-up fails with an error that is not the database's unavailability takes the transaction path: the success stands once, and the sweep settles the job", async () => {
+  const { job, claimed, c } = await claimedSuccess();
+  // The follow-up fails, after the success committed, in the call and again
+  // in the transaction path's follow-up; the file's definition comes back after.
+  await pool.query(`create or replace function conductor_follow_up(
+      p_job uuid, p_task uuid,
+      out job_state text, out promote boolean, out fail_fast boolean, out conditional boolean)
+    language plpgsql volatile as $$ begin raise exception 'follow-up broken'; end $$`);
+  let answer: Awaited<ReturnType<typeof completeTask>>;
+  try {
+    answer = await completeTask(pool, c);
+  } finally {
+    await pool.query(loadFunctionFiles().find((f) => f.name === 'conductor_follow_up')!.sql);
+  }
+  assert.deepEqual([answer.state, answer.job_state], ['success', null]);
+  assert.equal(await attemptsOf(claimed.id), 1);
+  assert.equal(await db.jobState(job.id), 'running', 'no follow-up finished');
+  await sweep(pool);
+  assert.equal(await db.jobState(job.id), 'success');
 });
 
 async function waitUntil(check: () => Promise<boolean>): Promise<void> {
