@@ -100,7 +100,7 @@ export async function completeTask(
   const outputs = checkedOutputs(c.outputs);
   if (c.outcome === 'success' && !opts.successTried) {
     const fast = await finishSuccess(pool, c, null, outputs);
-    if (fast?.job_id) return afterFinish(pool, fast, fast.job_id, c.taskId);
+    if (fast?.job_id) return afterOutcome(pool, SUCCESS(fast.job_id), c.taskId, fast);
   }
   return afterOutcome(pool, await recordOutcome(pool, c, outputs), c.taskId);
 }
@@ -167,16 +167,13 @@ async function finishSuccess(
   }
 }
 
-/** The completion's answer after the success procedure recorded the success and ran the follow-up. */
-function afterFinish(
-  pool: Pool,
-  row: FollowUpRow,
-  jobId: string,
-  taskId: string,
-): Promise<CompletionResult> {
-  const outcome: Outcome = { state: 'success', jobId, final: true, repeated: false };
-  return afterOutcome(pool, outcome, taskId, row);
-}
+/** The outcome the success procedure recorded when it answers a job. */
+const SUCCESS = (jobId: string): Outcome => ({
+  state: 'success',
+  jobId,
+  final: true,
+  repeated: false,
+});
 
 /** What completeSuccessByToken found. */
 export type SuccessByToken =
@@ -205,7 +202,7 @@ export async function completeSuccessByToken(
   if (!row.job_id) return { workerId: row.worker_id, result: null };
   return {
     workerId: row.worker_id,
-    result: await afterFinish(pool, row, row.job_id, c.taskId),
+    result: await afterOutcome(pool, SUCCESS(row.job_id), c.taskId, row),
   };
 }
 
