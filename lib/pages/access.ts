@@ -53,8 +53,19 @@ function verifies(keyring: Keyring, purpose: Purpose, message: string, given: st
 
 const nowS = () => Math.floor(Date.now() / 1000);
 
+const DAY_S = 24 * 3600;
+
+/**
+ * When a link signed now expires: the end of the UTC day `JOB_LINK_TTL_S`
+ * from now. Rounded to the day so that a job's link reads the same all day
+ * (the API's `page_url`, `ctl job` and the commit status agree).
+ */
+export function jobLinkExpiry(now = nowS()): number {
+  return Math.ceil((now + JOB_LINK_TTL_S) / DAY_S) * DAY_S;
+}
+
 /** The `sig` of a job's link: its expiry and an HMAC over the job id and that expiry. */
-export function signJobLink(keyring: Keyring, jobId: string, expiresS = nowS() + JOB_LINK_TTL_S) {
+export function signJobLink(keyring: Keyring, jobId: string, expiresS = jobLinkExpiry()) {
   const id = jobId.toLowerCase();
   return `${expiresS}.${mac(primary(keyring), 'job-link', `${id}\0${expiresS}`).toString('base64url')}`;
 }

@@ -73,7 +73,10 @@ test('a signed link opens its own job only, until it expires; a rotated key stil
   assert.equal(verifyJobLink(keyring, '1b5c43c2-3c51-4b8e-9a57-0e0c4f8d2c11', sig), false);
   const expires = Number(sig.split('.')[0]);
   const now = Math.floor(Date.now() / 1000);
-  assert.ok(Math.abs(expires - (now + JOB_LINK_TTL_S)) < 5, 'valid for 90 days');
+  assert.ok(expires >= now + JOB_LINK_TTL_S - 5, 'valid for 90 days');
+  assert.ok(expires < now + JOB_LINK_TTL_S + 24 * 3600, 'and less than a day more');
+  assert.equal(expires % (24 * 3600), 0, 'until the end of a UTC day');
+  assert.equal(signJobLink(keyring, job), sig, 'the same link when signed again the same day');
   assert.equal(
     verifyJobLink(keyring, job, `${now + 10 * JOB_LINK_TTL_S}.${sig.split('.')[1]}`),
     false,
