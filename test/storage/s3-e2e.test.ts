@@ -30,6 +30,9 @@ const client = new S3Client({
 });
 after(async () => {
   client.destroy();
+  // Keep-alive sockets (the presigned transfers' clients) would hold close()
+  // until they time out, ~40 s of an idle file: nothing is in flight now.
+  server.httpServer.closeAllConnections();
   await server.close();
   await rm(dir, { recursive: true, force: true });
 });
