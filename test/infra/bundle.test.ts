@@ -124,6 +124,7 @@ test('npm run synth works offline, without Docker or AWS credentials', async () 
     child.on('exit', (code) => done({ code, stderr }));
   });
   assert.equal(result.code, 0, result.stderr);
+  assert.doesNotMatch(result.stderr, /warning/i, 'synthesis warned');
   assert.equal(existsSync(marker), false, 'synthesis called docker');
   const template = JSON.parse(readFileSync(join(cdkOut, 'Conductor.template.json'), 'utf8')) as {
     Resources: Record<string, { Type: string }>;

@@ -17,6 +17,7 @@ import {
   stubBundles,
   synth,
   type TemplateJson,
+  validatedSynth,
 } from './support.ts';
 
 const bundles = stubBundles();
@@ -667,4 +668,37 @@ describe('existing resources', () => {
       assert.equal(app.synth().manifest.missing, undefined);
     }
   });
+});
+
+test("every shape passes synthesis' CloudFormation schema check, so `npm run synth` warns of nothing; the one rule acknowledged is the NAT instance's resolve:ssm ImageId, with its reason", () => {
+  const existingVpc = {
+    vpcId: 'vpc-0123456789abcdef0',
+    availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+    privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
+  };
+  const existingDatabase = {
+    secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
+    host: 'db.internal.example',
+    securityGroupId: 'sg-0123456789abcdef0',
+  };
+  const shapes = {
+    default: {},
+    'proxy at 0.5 ACU': { proxy: true, minCapacity: 0.5 },
+    'NAT gateway': { nat: 'gateway' as const },
+    'existing VPC and database': { existingVpc, existingDatabase },
+    'outside any VPC': {
+      outsideVpc: true,
+      existingDatabase: { secretArn: existingDatabase.secretArn, host: 'db.example' },
+    },
+  };
+  for (const [shape, props] of Object.entries(shapes)) {
+    const found = validatedSynth(bundles, props);
+    assert.deepEqual(found.violations, [], shape);
+    for (const ack of found.acknowledged) {
+      assert.equal(ack.acknowledgedId, 'CloudFormation-Validate::E1152', shape);
+      assert.match(ack.reason, /resolve:ssm/, shape);
+    }
+    const natInstance = shape === 'default' || shape === 'proxy at 0.5 ACU';
+    assert.equal(found.acknowledged.length, natInstance ? 1 : 0, shape);
+  }
 });

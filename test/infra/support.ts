@@ -1,7 +1,7 @@
 // Shared by the infra tests: stand-in bundles (the stack tests look at the
 // template, not at the code, so they need not wait for esbuild), synthesis,
 // and readers for the template's resources.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
@@ -30,6 +30,12 @@ export interface Synthesised {
   template: Template;
   json: TemplateJson;
 }
+
+// Synthesis checks each template against CloudFormation's schemas (aws-cdk-lib's
+// built-in validation), ~4 s of CPU on a process's first synth. The tests that
+// read templates turn it off; `validatedSynth` keeps it (test/infra/stack.test.ts
+// runs it on every shape, and `npm run synth` in test/infra/bundle.test.ts).
+process.env.CDK_VALIDATION = 'false';
 
 /** Synthesises a Conductor stack with these props and stand-in bundles. */
 export function synth(bundleDir: string, props: ConductorStackProps = {}): Synthesised {
@@ -87,3 +93,39 @@ export function policyStatements(json: TemplateJson): { roles: string[]; stateme
 }
 
 export const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [value]);
+
+/** What synthesis with CloudFormation's schema check found, and what it let pass as acknowledged. */
+export interface ValidationFindings {
+  violations: Array<{ ruleName: string; description: string }>;
+  acknowledged: Array<{ ruleName: string; acknowledgedId: string; reason: string }>;
+}
+
+/** Synthesises with the schema check on (as `npm run synth` does) and reads its report. */
+export function validatedSynth(
+  bundleDir: string,
+  props: ConductorStackProps = {},
+): ValidationFindings {
+  const before = process.env.CDK_VALIDATION;
+  delete process.env.CDK_VALIDATION;
+  try {
+    const app = new App({ analyticsReporting: false, outdir: mkdtempSync(join(tmpdir(), 'cdk-')) });
+    after(() => rmSync(app.outdir, { recursive: true, force: true }));
+    new ConductorStack(app, 'Conductor', { bundleDir, ...props });
+    const assembly = app.synth();
+    const report = JSON.parse(
+      readFileSync(join(assembly.directory, 'validation-report.json'), 'utf8'),
+    ) as {
+      pluginReports: Array<{
+        violations: ValidationFindings['violations'];
+        suppressedViolations?: ValidationFindings['acknowledged'];
+      }>;
+    };
+    return {
+      violations: report.pluginReports.flatMap((r) => r.violations),
+      acknowledged: report.pluginReports.flatMap((r) => r.suppressedViolations ?? []),
+    };
+  } finally {
+    if (before === undefined) delete process.env.CDK_VALIDATION;
+    else process.env.CDK_VALIDATION = before;
+  }
+}
