@@ -60,7 +60,7 @@ const DAY_S = 24 * 3600;
  * from now. Rounded to the day so that a job's link reads the same all day
  * (the API's `page_url`, `ctl job` and the commit status agree).
  */
-export function jobLinkExpiry(now = nowS()): number {
+function jobLinkExpiry(now = nowS()): number {
   return Math.ceil((now + JOB_LINK_TTL_S) / DAY_S) * DAY_S;
 }
 

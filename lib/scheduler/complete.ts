@@ -100,7 +100,7 @@ export async function completeTask(
   const outputs = checkedOutputs(c.outputs);
   if (c.outcome === 'success' && !opts.successTried) {
     const fast = await finishSuccess(pool, c, null, outputs);
-    if (fast?.job_id) return afterOutcome(pool, SUCCESS(fast.job_id), c.taskId, fast);
+    if (fast?.job_id) return afterOutcome(pool, successOutcome(fast.job_id), c.taskId, fast);
   }
   return afterOutcome(pool, await recordOutcome(pool, c, outputs), c.taskId);
 }
@@ -168,7 +168,7 @@ async function finishSuccess(
 }
 
 /** The outcome the success procedure recorded when it answers a job. */
-const SUCCESS = (jobId: string): Outcome => ({
+const successOutcome = (jobId: string): Outcome => ({
   state: 'success',
   jobId,
   final: true,
@@ -202,7 +202,7 @@ export async function completeSuccessByToken(
   if (!row.job_id) return { workerId: row.worker_id, result: null };
   return {
     workerId: row.worker_id,
-    result: await afterOutcome(pool, SUCCESS(row.job_id), c.taskId, row),
+    result: await afterOutcome(pool, successOutcome(row.job_id), c.taskId, row),
   };
 }
 

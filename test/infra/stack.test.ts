@@ -613,19 +613,20 @@ describe('idle', () => {
   });
 });
 
+const existingProps = {
+  existingVpc: {
+    vpcId: 'vpc-0123456789abcdef0',
+    availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+    privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
+  },
+  existingDatabase: {
+    secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
+    host: 'db.internal.example',
+    securityGroupId: 'sg-0123456789abcdef0',
+  },
+};
+
 describe('existing resources', () => {
-  const existingProps = {
-    existingVpc: {
-      vpcId: 'vpc-0123456789abcdef0',
-      availabilityZones: ['eu-west-1a', 'eu-west-1b'],
-      privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
-    },
-    existingDatabase: {
-      secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
-      host: 'db.internal.example',
-      securityGroupId: 'sg-0123456789abcdef0',
-    },
-  };
   const existing = synth(bundles, existingProps);
 
   test('an existing VPC and database replace the created ones, with no lookup', () => {
@@ -671,24 +672,14 @@ describe('existing resources', () => {
 });
 
 test("every shape passes synthesis' CloudFormation schema check, so `npm run synth` warns of nothing; the one rule acknowledged is the NAT instance's resolve:ssm ImageId, with its reason", () => {
-  const existingVpc = {
-    vpcId: 'vpc-0123456789abcdef0',
-    availabilityZones: ['eu-west-1a', 'eu-west-1b'],
-    privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
-  };
-  const existingDatabase = {
-    secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
-    host: 'db.internal.example',
-    securityGroupId: 'sg-0123456789abcdef0',
-  };
   const shapes = {
     default: {},
     'proxy at 0.5 ACU': { proxy: true, minCapacity: 0.5 },
     'NAT gateway': { nat: 'gateway' as const },
-    'existing VPC and database': { existingVpc, existingDatabase },
+    'existing VPC and database': existingProps,
     'outside any VPC': {
       outsideVpc: true,
-      existingDatabase: { secretArn: existingDatabase.secretArn, host: 'db.example' },
+      existingDatabase: { secretArn: existingProps.existingDatabase.secretArn, host: 'db.example' },
     },
   };
   for (const [shape, props] of Object.entries(shapes)) {
