@@ -1,5 +1,6 @@
 // The single source of every enumerated value the schema constrains. The
-// migrations' CHECK constraints list the same values; test/db/schema.test.ts
+// migrations' CHECK constraints (on tasks and task_attempts, the domains of
+// migration 019, under the same names) list the same values; test/db/schema.test.ts
 // reads them back from the catalog and fails if the two drift apart.
 
 /** `blocked`: an untrusted job waiting for approval, before its pipeline file is read. */

@@ -11,6 +11,10 @@ export const SQLSTATE = {
   queryCanceled: '57014',
   idleInTransactionTimeout: '25P03',
   tooManyConnections: '53300',
+  /** A prepared plan meeting a row whose column changed type (isStalePlan). */
+  datatypeMismatch: '42804',
+  /** Among others, "cached plan must not change result type" (isStalePlan). */
+  featureNotSupported: '0A000',
 } as const;
 
 /** Errors after which running the whole transaction again can succeed. */

@@ -4,7 +4,7 @@
 // COMMIT.
 import type pg from 'pg';
 import { type Pool, withClient } from './pool.ts';
-import { RETRYABLE_SQLSTATES, sqlState } from './sqlstate.ts';
+import { RETRYABLE_SQLSTATES, SQLSTATE, sqlState } from './sqlstate.ts';
 import { TransactionConflictError } from './transaction.ts';
 
 let prepare = true;
@@ -54,16 +54,53 @@ export async function statementWithStats<R extends pg.QueryResultRow>(
   opts: StatementOptions = {},
 ): Promise<StatementResult<R>> {
   const maxRetries = opts.maxRetries ?? 5;
-  for (let retries = 0; ; retries++) {
+  let retries = 0;
+  let stale = 0;
+  for (;;) {
     try {
-      const result = await withClient(db, (client) => client.query<R>(query));
+      const result = await withClient(db, async (client, markBroken) => {
+        try {
+          return await client.query<R>(query);
+        } catch (err) {
+          if (isStalePlan(err)) markBroken(err as Error);
+          throw err;
+        }
+      });
       return { result, retries };
     } catch (err) {
+      // Each stale connection is closed as it is met; there are at most as
+      // many as the pool holds, and new ones prepare the statement anew.
+      if (isStalePlan(err) && stale++ <= db.options.max) continue;
       const code = sqlState(err);
       if (code === undefined || !RETRYABLE_SQLSTATES.has(code)) throw err;
       if (retries >= maxRetries) throw new TransactionConflictError(retries, err);
+      retries++;
     }
   }
+}
+
+/**
+ * Whether a statement failed because its connection prepared it before a
+ * migration changed a type it reads (a column of a row type it takes apart:
+ * `(c.task).*` in the claim, after migration 019 made `tasks.state` a
+ * domain). PostgreSQL re-plans a prepared statement when a table it reads
+ * changes, but not when the row type of a function's result does; the old
+ * plan then fails at its first row with 42804 ("attribute 3 has wrong type"),
+ * or its re-plan with 0A000 ("cached plan must not change result type"),
+ * and goes on failing on that connection. Nothing was done: the statement's
+ * own transaction rolled back. The caller closes the connection and runs the
+ * statement again on another (docs/database.md, "Single statements"). Old
+ * code meets this during a deploy: the migration runs before the functions
+ * are updated, while warm connections hold their prepared statements.
+ */
+export function isStalePlan(err: unknown): boolean {
+  const code = sqlState(err);
+  const message = err instanceof Error ? err.message : '';
+  return (
+    (code === SQLSTATE.datatypeMismatch && /^attribute \d+ has wrong type/.test(message)) ||
+    (code === SQLSTATE.featureNotSupported &&
+      /^cached plan must not change result type/.test(message))
+  );
 }
 
 /** Runs one statement in its own transaction (see statementWithStats) and answers its rows. */

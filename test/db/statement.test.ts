@@ -3,7 +3,9 @@ import { after, test } from 'node:test';
 import {
   createPool,
   prepared,
+  SQLSTATE,
   setPreparedStatements,
+  sqlState,
   statement,
   statementWithStats,
   TransactionConflictError,
@@ -74,5 +76,66 @@ test('hot statements are prepared on the connection unless prepared statements a
     assert.deepEqual(await names(), ['t_on']);
   } finally {
     await pool.end();
+  }
+});
+
+test('a prepared statement that a migration made stale is run again on a fresh connection, on each connection that holds it', async () => {
+  // The claim's shape: a function answering a composite type with a table's
+  // row in it, taken apart in the statement (`(c.task).*`); and a plain
+  // select of a table's column.
+  await db.pool.query(`
+    create table stale_t (n integer, s text);
+    insert into stale_t values (1, 'one');
+    create type stale_wrap as (t stale_t, k integer);
+    create function stale_fn() returns setof stale_wrap language plpgsql as $$
+      declare v stale_t;
+      begin
+        select * into v from stale_t limit 1;
+        return query select v, 2;
+      end $$;
+  `);
+  const field = prepared('t_field', 'select (c.t).*, c.k from stale_fn() c', []);
+  const column = prepared('t_column', 'select s from stale_t', []);
+  const cases = [
+    // PostgreSQL re-plans neither: the old plan fails at its first row.
+    { query: field, code: SQLSTATE.datatypeMismatch, rows: [{ n: 1, s: 'one', k: 2 }] },
+    // Re-planned, its result's type changed.
+    { query: column, code: SQLSTATE.featureNotSupported, rows: [{ s: 'one' }] },
+  ].map((c) => ({ ...c, pool: createPool({ url: db.url, max: 2 }) }));
+  try {
+    const pids: number[] = [];
+    for (const { query, pool } of cases) {
+      const held = [await pool.connect(), await pool.connect()];
+      for (const client of held) {
+        await client.query(query);
+        pids.push((await client.query('select pg_backend_pid() as pid')).rows[0].pid);
+      }
+      for (const client of held) client.release();
+    }
+    // Another session changes the type they read, as migration 019 did.
+    await db.pool.query(`
+      create domain stale_text as text check (value <> '');
+      alter table stale_t alter column s type stale_text;
+    `);
+    for (const { query, pool, code, rows } of cases) {
+      const client = await pool.connect();
+      try {
+        await assert.rejects(client.query(query), (err) => sqlState(err) === code);
+      } finally {
+        client.release();
+      }
+      for (let i = 0; i < 2; i++) {
+        const { result, retries } = await statementWithStats(pool, query);
+        assert.deepEqual(result.rows, rows);
+        assert.equal(retries, 0, 'a stale plan is not counted as a conflict retry');
+      }
+    }
+    const { rows: alive } = await db.pool.query(
+      'select pid from pg_stat_activity where pid = any($1::int[])',
+      [pids],
+    );
+    assert.deepEqual(alive, [], 'the connections that held the stale statements were closed');
+  } finally {
+    for (const { pool } of cases) await pool.end();
   }
 });

@@ -99,7 +99,7 @@ async function outcomeWithoutFollowUp(
   }
   await pool.query(
     `update task_attempts
-        set outcome = $3, reported_outcome = $3, result_state = $3, transient = false,
+        set outcome = $3::text, reported_outcome = $3::text, result_state = $3::text, transient = false,
             exit_code = $4, finished_at = now()
       where task_id = $1 and attempt = $2`,
     [task.id, task.attempt, state, exitCode],
