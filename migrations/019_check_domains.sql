@@ -25,6 +25,15 @@
 -- Applying it takes both tables' ACCESS EXCLUSIVE lock while every row is
 -- checked against its new type (the types are the same underneath: nothing
 -- is rewritten).
+--
+-- A connection that prepared the claim before this migration fails its
+-- claims afterwards with 42804 ("attribute 3 has wrong type"): the plan of
+-- `(c.task).*` expects the old column types. Code from this migration on
+-- closes such a connection and claims again on a new one (isStalePlan in
+-- lib/db/statement.ts). Code from before it does not: while a deploy from an
+-- older version runs (this migration first, then the functions' new code),
+-- the old functions' warm connections answer claims with 500 until they are
+-- replaced. The claim rolled back; runners poll again (docs/deploy.md).
 
 create domain conductor_task_state as text
   constraint tasks_state_check

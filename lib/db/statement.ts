@@ -89,9 +89,10 @@ export async function statementWithStats<R extends pg.QueryResultRow>(
  * or its re-plan with 0A000 ("cached plan must not change result type"),
  * and goes on failing on that connection. Nothing was done: the statement's
  * own transaction rolled back. The caller closes the connection and runs the
- * statement again on another (docs/database.md, "Single statements"). Old
- * code meets this during a deploy: the migration runs before the functions
- * are updated, while warm connections hold their prepared statements.
+ * statement again on another (docs/database.md, "Single statements"). It
+ * happens whenever a migration runs while the code is warm: during a deploy
+ * (the migration runs before the functions get their new code), or a
+ * migration by hand.
  */
 export function isStalePlan(err: unknown): boolean {
   const code = sqlState(err);
