@@ -87,3 +87,8 @@ alter table task_attempts
   alter column claim_key type conductor_claim_key,
   alter column attempt type conductor_positive,
   alter column log_size type conductor_byte_count;
+
+-- Changing a column's type drops its statistics; gather them again rather
+-- than leave the planner without them until autovacuum comes by.
+analyze tasks;
+analyze task_attempts;

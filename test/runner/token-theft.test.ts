@@ -113,6 +113,13 @@ async function steal(
   assert.equal(view.job.state, 'success', `${task.error}\n${await f.log(task.id)}`);
   const log = await f.log(task.id);
   const npmEnviron = readFileSync(`/proc/${runner.child.pid}/environ`, 'latin1');
+  // The runner reports the outcome first and removes the task's directory
+  // after (as the user, with `rm` under --run-as); "task finished" is logged
+  // once that is done. A signal to the group sent before it stopped that
+  // `rm` mid-way, and the directory was left behind (a flake seen in CI).
+  await waitFor('the runner to finish the task', () =>
+    runner.stderr().includes('"message":"task finished"') ? true : undefined,
+  );
   // As Ctrl-C in a terminal does: to the whole group (npm would pass it to its shell alone).
   process.kill(-runner.child.pid!, 'SIGTERM');
   await waitFor('the runner to stop', () =>
