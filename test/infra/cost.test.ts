@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { idleCost, PRICES, runnersCost, total, trafficCost } from '../../infra/cost.ts';
-import { stubBundles, synth } from './support.ts';
+import { EXISTING_RESOURCES, stubBundles, synth } from './support.ts';
 
 const bundles = stubBundles();
 
@@ -38,17 +38,7 @@ test('the HA shape (NAT gateway, proxy, Aurora at 0.5 ACU) costs what the issue 
 });
 
 test('with an existing database the idle bill is secrets, alarms and the poller', () => {
-  const existing = synth(bundles, {
-    existingVpc: {
-      vpcId: 'vpc-0123456789abcdef0',
-      availabilityZones: ['eu-west-1a', 'eu-west-1b'],
-      privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
-    },
-    existingDatabase: {
-      secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
-      host: 'db.example',
-    },
-  });
+  const existing = synth(bundles, EXISTING_RESOURCES);
   const idle = total(idleCost(existing.json));
   assert.ok(idle < 3, `$${idle.toFixed(2)}`);
 });

@@ -9,6 +9,7 @@ import { COMPILE_INVOKERS, ConductorStack, FUNCTION_NAMES } from '../../infra/st
 import { ROUTES, routeKey } from '../../lib/http/routes.ts';
 import {
   asList,
+  EXISTING_RESOURCES,
   logicalId,
   policyStatements,
   type Resource,
@@ -613,18 +614,7 @@ describe('idle', () => {
   });
 });
 
-const existingProps = {
-  existingVpc: {
-    vpcId: 'vpc-0123456789abcdef0',
-    availabilityZones: ['eu-west-1a', 'eu-west-1b'],
-    privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
-  },
-  existingDatabase: {
-    secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
-    host: 'db.internal.example',
-    securityGroupId: 'sg-0123456789abcdef0',
-  },
-};
+const existingProps = EXISTING_RESOURCES;
 
 describe('existing resources', () => {
   const existing = synth(bundles, existingProps);

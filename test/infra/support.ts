@@ -95,6 +95,20 @@ export function policyStatements(json: TemplateJson): { roles: string[]; stateme
 export const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [value]);
 
 /** What synthesis with CloudFormation's schema check found, and what it let pass as acknowledged. */
+/** A VPC and a database the stack is given instead of making its own (`existingVpc`, `existingDatabase`). */
+export const EXISTING_RESOURCES = {
+  existingVpc: {
+    vpcId: 'vpc-0123456789abcdef0',
+    availabilityZones: ['eu-west-1a', 'eu-west-1b'],
+    privateSubnetIds: ['subnet-0aaaaaaaaaaaaaaa1', 'subnet-0aaaaaaaaaaaaaaa2'],
+  },
+  existingDatabase: {
+    secretArn: 'arn:aws:secretsmanager:eu-west-1:123456789012:secret:conductor-db-AbCdEf',
+    host: 'db.internal.example',
+    securityGroupId: 'sg-0123456789abcdef0',
+  },
+} satisfies ConductorStackProps;
+
 export interface ValidationFindings {
   violations: Array<{ ruleName: string; description: string }>;
   acknowledged: Array<{ ruleName: string; acknowledgedId: string; reason: string }>;
