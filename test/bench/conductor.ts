@@ -18,6 +18,7 @@ import { type LocalStack, startLocalStack } from '../../local/stack.ts';
 import { sha as shaOf } from '../e2e/payloads.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { makeProject, makeWorker, spec, startedJob } from '../helpers/fixtures.ts';
+import { openServerMeter, type ServerCost } from './server.ts';
 import { type HttpClient, httpClient, nowMs, percentile, type Rate, rate, sleep } from './util.ts';
 
 let labels = 0;
@@ -82,10 +83,13 @@ export interface CycleResult extends Rate {
   settleRetries?: number;
   /** Exceptions out of claim or complete (should stay 0). */
   errors: number;
+  /** The server's WAL and CPU per completed cycle over the loop (library cycles only). */
+  server?: ServerCost;
 }
 
 /** Tasks queued and workers registered for a cycle run, on a pool of `concurrency`. */
 interface CycleSetup {
+  url: string;
   pool: Pool;
   label: string;
   workers: string[];
@@ -144,7 +148,7 @@ async function setUpCycles(
     const label = await queueTasks(pool, total, shape, jobSize, groups);
     const workers: string[] = [];
     for (let i = 0; i < concurrency; i++) workers.push(await makeWorker(pool, [label]));
-    return { pool, label, workers, settles };
+    return { url, pool, label, workers, settles };
   } catch (err) {
     await pool.end();
     throw err;
@@ -153,7 +157,7 @@ async function setUpCycles(
 
 /** One loop per worker, claiming and completing until `total` were claimed or the limit. */
 async function runCycles(
-  { pool, label, workers, settles }: CycleSetup,
+  { url, pool, label, workers, settles }: CycleSetup,
   total: number,
   limitMs: number,
 ): Promise<CycleResult> {
@@ -167,6 +171,7 @@ async function runCycles(
     retries += r;
   };
   settles.count = 0;
+  const meter = await openServerMeter(url);
   const start = nowMs();
   const deadline = start + limitMs;
   await Promise.all(
@@ -199,12 +204,14 @@ async function runCycles(
     }),
   );
   const ms = nowMs() - start;
+  const server = await meter.close(completed);
   return {
     ...rate(completed, total, ms, completed < total),
     claims,
     retries,
     settleRetries: settles.count,
     errors,
+    server,
   };
 }
 

@@ -4,6 +4,7 @@
 import { Logger, run, runMigrations } from 'graphile-worker';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
+import { openServerMeter, type ServerCost } from './server.ts';
 import { nowMs, type Rate, rate, sleep } from './util.ts';
 
 // graphile-worker's Logger takes a factory of log functions; this one drops every line.
@@ -15,7 +16,7 @@ export async function graphileWorker(
   concurrency: number,
   total: number,
   limitMs: number,
-): Promise<Rate> {
+): Promise<Rate & { server: ServerCost }> {
   await runMigrations({ connectionString: url, logger });
   const client = new pg.Client({ connectionString: url });
   await client.connect();
@@ -28,6 +29,7 @@ export async function graphileWorker(
     await client.end();
   }
   let done = 0;
+  const meter = await openServerMeter(url);
   const start = nowMs();
   const runner = await run({
     connectionString: url,
@@ -45,13 +47,14 @@ export async function graphileWorker(
   const deadline = start + limitMs;
   while (done < total && nowMs() < deadline) await sleep(2);
   const ms = nowMs() - start;
+  const server = await meter.close(done);
   await runner.stop();
   // Leave nothing queued for a later round.
   const cleanup = new pg.Client({ connectionString: url });
   await cleanup.connect();
   await cleanup.query('delete from graphile_worker._private_jobs').catch(() => {});
   await cleanup.end();
-  return rate(done, total, ms, done < total);
+  return { ...rate(done, total, ms, done < total), server };
 }
 
 /** pg-boss (v10 API): `concurrency` work() loops on one queue with this batch size and polling interval. */

@@ -10,6 +10,7 @@ import type {
   WebhookLatency,
 } from './conductor.ts';
 import type { PageRender } from './pages.ts';
+import type { ServerCost } from './server.ts';
 import type { Rate } from './util.ts';
 
 export interface PerConcurrency {
@@ -17,7 +18,7 @@ export interface PerConcurrency {
   library?: CycleResult;
   http?: CycleResult;
   ceiling?: CycleResult;
-  graphile?: Rate;
+  graphile?: Rate & { server?: ServerCost };
   pgbossPoll?: Rate;
   pgbossBurst?: Rate;
   bare?: Rate;
@@ -187,6 +188,33 @@ export function targets(r: Results): Target[] {
   return out;
 }
 
+/**
+ * What a library cycle and a graphile-worker job cost the server, each over
+ * its own loop in this run (issue #36): WAL bytes and PostgreSQL's CPU time
+ * per unit. Empty when no row measured them (results from before the meter).
+ */
+function serverCostTable(r: Results): string[] {
+  const rows = r.rows.filter((row) => row.library?.server || row.graphile?.server);
+  if (rows.length === 0) return [];
+  const lines = [
+    "## The server's cost per cycle",
+    '',
+    "WAL bytes written and CPU time of PostgreSQL's processes (from /proc), over each loop, per cycle (library) or job (graphile-worker).",
+    '',
+    '| concurrency | library WAL bytes | graphile-worker WAL bytes | lib / gw | library server CPU µs | graphile-worker server CPU µs | lib / gw |',
+    '|---:|---:|---:|---:|---:|---:|---:|',
+  ];
+  for (const row of rows) {
+    const lib = row.library?.server;
+    const gw = row.graphile?.server;
+    lines.push(
+      `| ${row.concurrency} | ${f0(lib?.walBytes)} | ${f0(gw?.walBytes)} | ${f2(ratio(lib?.walBytes, gw?.walBytes))} | ${f0(lib?.cpuUs)} | ${f0(gw?.cpuUs)} | ${f2(ratio(lib?.cpuUs, gw?.cpuUs))} |`,
+    );
+  }
+  lines.push('');
+  return lines;
+}
+
 export function markdown(r: Results): string {
   const lines: string[] = [];
   lines.push(`# Conductor benchmark (${r.mode} run, ${r.startedAt})`, '');
@@ -206,6 +234,7 @@ export function markdown(r: Results): string {
     );
   }
   lines.push('', `pg-boss burst: batch size ${r.pgbossBurstBatch}, polling every 0.5 s.`, '');
+  lines.push(...serverCostTable(r));
   lines.push('## Targets', '', '| target | measured | met |', '|---|---|---|');
   for (const t of targets(r)) {
     lines.push(

@@ -24,6 +24,7 @@ import {
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';
 import { jobPageRender } from './pages.ts';
 import { markdown, type PerConcurrency, type Results, svg, targets } from './report.ts';
+import type { ServerCost } from './server.ts';
 import { progress } from './util.ts';
 
 const quick = process.argv.includes('--quick');
@@ -106,6 +107,10 @@ async function step(name: string, fn: () => Promise<void>): Promise<void> {
 }
 
 const fmt = (n: number) => n.toFixed(0);
+const serverCost = (s: ServerCost | undefined) =>
+  s
+    ? `server: ${fmt(s.walBytes)} WAL bytes, ${s.cpuUs === undefined ? '–' : fmt(s.cpuUs)} µs CPU each`
+    : '';
 
 async function main(): Promise<void> {
   const t0 = Date.now();
@@ -134,7 +139,7 @@ async function main(): Promise<void> {
         const r = await libraryCycles(pg.url('lib'), c, P.tasks, 'jobs', JOB_SIZE, P.cycleLimitMs);
         row(c).library = r;
         progress(
-          `  ${fmt(r.perSecond)} cycles/s, ${r.retries} retries over ${r.claims} claims, ${r.settleRetries} follow-up settle retries, ${r.errors} errors`,
+          `  ${fmt(r.perSecond)} cycles/s, ${r.retries} retries over ${r.claims} claims, ${r.settleRetries} follow-up settle retries, ${r.errors} errors; ${serverCost(r.server)}`,
         );
       });
       await step(`HTTP cycles c=${c}`, async () => {
@@ -159,7 +164,9 @@ async function main(): Promise<void> {
       await step(`graphile-worker c=${c}`, async () => {
         const r = await graphileWorker(pg.url('graphile'), c, P.tasks, P.otherLimitMs);
         row(c).graphile = r;
-        progress(`  ${fmt(r.perSecond)} jobs/s${r.partial ? ' (time limit)' : ''}`);
+        progress(
+          `  ${fmt(r.perSecond)} jobs/s${r.partial ? ' (time limit)' : ''}; ${serverCost(r.server)}`,
+        );
       });
     }
     for (const c of P.concurrencies) {
