@@ -392,10 +392,17 @@ for (const outcome of ['success', 'failed'] as const) {
     const first = value(a, 'the first report');
     const repeat = value(b, 'the repeated report');
     assert.equal(first.state, outcome);
-    assert.deepEqual([repeat.state, repeat.job_state], [outcome, null], 'a repeat never reports');
-    assert.ok(
-      first.job_state === null || first.job_state === outcome,
-      `the first report's job_state: ${first.job_state}`,
+    assert.equal(repeat.state, outcome, 'the repeat hears the outcome recorded');
+    // Both run the follow-up (a repeat's finishes one that was lost), and the
+    // settle is conditional: exactly one of the two reports the job's end,
+    // whichever follow-up reached it first (lib/scheduler/complete.ts,
+    // afterOutcome). Which one is not fixed here: the first's follow-up runs
+    // in the success procedure right after its commit, while the repeat, woken
+    // by that commit, goes through its retry and the general completion.
+    assert.deepEqual(
+      [first.job_state, repeat.job_state].filter((s) => s !== null),
+      [outcome],
+      `exactly one report settles the job (first ${first.job_state}, repeat ${repeat.job_state})`,
     );
     assert.deepEqual((await tasksOf(jobId)).x, finishedOnce(outcome));
     assert.equal(await jobState(jobId), outcome);
