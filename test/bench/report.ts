@@ -16,6 +16,8 @@ import type { Rate } from './util.ts';
 export interface PerConcurrency {
   concurrency: number;
   library?: CycleResult;
+  /** The floor: the cycle's two writes as plain statements on the same tables (issue #36). */
+  floor?: CycleResult;
   http?: CycleResult;
   ceiling?: CycleResult;
   graphile?: Rate & { server?: ServerCost };
@@ -199,16 +201,17 @@ function serverCostTable(r: Results): string[] {
   const lines = [
     "## The server's cost per cycle",
     '',
-    "WAL bytes written and CPU time of PostgreSQL's processes (from /proc), over each loop, per cycle (library) or job (graphile-worker).",
+    "WAL bytes written and CPU time of PostgreSQL's processes (from /proc, 10 ms ticks), over each loop, per cycle or job. The floor is the cycle's two writes as plain statements on the library's tables (a claim's `UPDATE … SKIP LOCKED`, a success's `UPDATE`) with none of its bookkeeping: what the task table costs before the product's guarantees.",
     '',
-    '| concurrency | library WAL bytes | graphile-worker WAL bytes | lib / gw | library server CPU µs | graphile-worker server CPU µs | lib / gw |',
-    '|---:|---:|---:|---:|---:|---:|---:|',
+    '| concurrency | library cycles/s | floor cycles/s | lib / floor | library WAL bytes | floor | graphile-worker | library server CPU µs | floor | graphile-worker | lib / floor | lib / gw |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const row of rows) {
     const lib = row.library?.server;
+    const floor = row.floor?.server;
     const gw = row.graphile?.server;
     lines.push(
-      `| ${row.concurrency} | ${f0(lib?.walBytes)} | ${f0(gw?.walBytes)} | ${f2(ratio(lib?.walBytes, gw?.walBytes))} | ${f0(lib?.cpuUs)} | ${f0(gw?.cpuUs)} | ${f2(ratio(lib?.cpuUs, gw?.cpuUs))} |`,
+      `| ${row.concurrency} | ${rateCell(row.library)} | ${rateCell(row.floor)} | ${f2(ratio(row.library?.perSecond, row.floor?.perSecond))} | ${f0(lib?.walBytes)} | ${f0(floor?.walBytes)} | ${f0(gw?.walBytes)} | ${f0(lib?.cpuUs)} | ${f0(floor?.cpuUs)} | ${f0(gw?.cpuUs)} | ${f2(ratio(lib?.cpuUs, floor?.cpuUs))} | ${f2(ratio(lib?.cpuUs, gw?.cpuUs))} |`,
     );
   }
   lines.push('');

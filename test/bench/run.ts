@@ -12,6 +12,7 @@ import {
   claimLatency,
   emptyClaimRate,
   emptyClaimWal,
+  floorCycles,
   groupCost,
   httpCeiling,
   httpCycles,
@@ -119,6 +120,7 @@ async function main(): Promise<void> {
   const pg = await startEmbeddedPostgres({ dataDir: join(work, 'pg'), removeOnStop: true });
   const dbs = [
     'lib',
+    'floor',
     'http',
     'hist',
     'hook',
@@ -130,7 +132,7 @@ async function main(): Promise<void> {
     'backlog',
   ];
   for (const db of dbs) await pg.createDatabase(db);
-  for (const db of ['lib', 'http', 'hist', 'hook', 'lost', 'page', 'backlog'])
+  for (const db of ['lib', 'floor', 'http', 'hist', 'hook', 'lost', 'page', 'backlog'])
     await migrated(pg.url(db));
   const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
   try {
@@ -141,6 +143,11 @@ async function main(): Promise<void> {
         progress(
           `  ${fmt(r.perSecond)} cycles/s, ${r.retries} retries over ${r.claims} claims, ${r.settleRetries} follow-up settle retries, ${r.errors} errors; ${serverCost(r.server)}`,
         );
+      });
+      await step(`floor cycles c=${c}`, async () => {
+        const r = await floorCycles(pg.url('floor'), c, P.tasks, JOB_SIZE, P.cycleLimitMs);
+        row(c).floor = r;
+        progress(`  ${fmt(r.perSecond)} cycles/s, ${r.errors} errors; ${serverCost(r.server)}`);
       });
       await step(`HTTP cycles c=${c}`, async () => {
         const r = await httpCycles(
