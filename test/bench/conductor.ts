@@ -156,9 +156,26 @@ async function setUpCycles(
   }
 }
 
+/** How a cycle loop claims and completes: the library's calls, or the floor's statements. */
+interface CycleOps {
+  /** Claims one task for the worker, or null; reports each call to `onRetries`. */
+  claim(
+    workerId: string,
+    label: string,
+    onRetries: (retries: number) => void,
+  ): Promise<{ id: string; lease_id: string | null } | null>;
+  complete(workerId: string, task: { id: string; lease_id: string | null }): Promise<unknown>;
+}
+
+const libraryOps = (pool: Pool): CycleOps => ({
+  claim: (workerId, label, onRetries) => claimTask(pool, workerId, [label], { onRetries }),
+  complete: (workerId, task) =>
+    completeTask(pool, { workerId, taskId: task.id, leaseId: task.lease_id!, outcome: 'success' }),
+});
+
 /**
- * One loop per worker, claiming and completing until `total` were claimed or
- * the limit. With `measureServer`, the server's WAL and CPU over the loop
+ * One loop per worker, claiming and completing (`ops`, the library's by
+ * default) until `total` were claimed or the limit. With `measureServer`, the server's WAL and CPU over the loop
  * (only for a loop that has the server to itself: the A/B rounds run two).
  */
 async function runCycles(
@@ -166,6 +183,7 @@ async function runCycles(
   total: number,
   limitMs: number,
   measureServer = false,
+  ops: CycleOps = libraryOps(pool),
 ): Promise<CycleResult> {
   let claimed = 0;
   let completed = 0;
@@ -183,9 +201,9 @@ async function runCycles(
   await Promise.all(
     workers.map(async (workerId) => {
       while (claimed < total && nowMs() < deadline) {
-        let task: Awaited<ReturnType<typeof claimTask>>;
+        let task: Awaited<ReturnType<CycleOps['claim']>>;
         try {
-          task = await claimTask(pool, workerId, [label], { onRetries });
+          task = await ops.claim(workerId, label, onRetries);
         } catch {
           errors++;
           continue;
@@ -196,12 +214,7 @@ async function runCycles(
         }
         claimed++;
         try {
-          await completeTask(pool, {
-            workerId,
-            taskId: task.id,
-            leaseId: task.lease_id!,
-            outcome: 'success',
-          });
+          await ops.complete(workerId, task);
           completed++;
         } catch {
           errors++;
@@ -276,8 +289,9 @@ export async function floorCycles(
   jobSize: number,
   limitMs: number,
 ): Promise<CycleResult> {
-  const { pool, label, workers } = await setUpCycles(url, concurrency, total, 'jobs', jobSize);
-  const set = new WeakSet<object>();
+  const setup = await setUpCycles(url, concurrency, total, 'jobs', jobSize);
+  const { pool } = setup;
+  const prepared = new WeakSet<object>();
   const run = async <R extends pg.QueryResultRow>(
     name: string,
     text: string,
@@ -285,54 +299,28 @@ export async function floorCycles(
   ) => {
     const client = await pool.connect();
     try {
-      if (!set.has(client)) {
+      if (!prepared.has(client)) {
         await client.query(FLOOR_SESSION);
-        set.add(client);
+        prepared.add(client);
       }
       return (await client.query<R>({ name, text, values })).rows;
     } finally {
       client.release();
     }
   };
+  const floorOps: CycleOps = {
+    async claim(workerId, label, onRetries) {
+      const [task] = await run<{ id: string; lease_id: string }>('floor_claim', FLOOR_CLAIM, [
+        workerId,
+        [label],
+      ]);
+      onRetries(0);
+      return task ?? null;
+    },
+    complete: (_workerId, task) => run('floor_success', FLOOR_SUCCESS, [task.id, task.lease_id]),
+  };
   try {
-    let claimed = 0;
-    let completed = 0;
-    let claims = 0;
-    let errors = 0;
-    const meter = await openServerMeter(url);
-    const start = nowMs();
-    const deadline = start + limitMs;
-    await Promise.all(
-      workers.map(async (workerId) => {
-        while (claimed < total && nowMs() < deadline) {
-          let task: { id: string; lease_id: string } | undefined;
-          try {
-            claims++;
-            [task] = await run<{ id: string; lease_id: string }>('floor_claim', FLOOR_CLAIM, [
-              workerId,
-              [label],
-            ]);
-          } catch {
-            errors++;
-            continue;
-          }
-          if (!task) {
-            await sleep(1);
-            continue;
-          }
-          claimed++;
-          try {
-            await run('floor_success', FLOOR_SUCCESS, [task.id, task.lease_id]);
-            completed++;
-          } catch {
-            errors++;
-          }
-        }
-      }),
-    );
-    const ms = nowMs() - start;
-    const server = await meter.close(completed);
-    return { ...rate(completed, total, ms, completed < total), claims, retries: 0, errors, server };
+    return await runCycles(setup, total, limitMs, true, floorOps);
   } finally {
     await pool.end();
   }

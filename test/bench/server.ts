@@ -14,26 +14,28 @@ export interface ServerCost {
   cpuUs: number | undefined;
 }
 
-/** utime + stime (+ reaped children's, when `children`) of a process, in clock ticks. */
-function ticksOf(pid: number, children: boolean): number | undefined {
+/** The fields of /proc/<pid>/stat after the command name (state first), or undefined. */
+function statOf(pid: number): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const own = Number(f[11]) + Number(f[12]);
-    return children ? own + Number(f[13]) + Number(f[14]) : own;
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   } catch {
     return undefined;
   }
 }
 
-function parentOf(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-  } catch {
-    return undefined;
-  }
+/** utime + stime (+ reaped children's, when `children`) of a process, in clock ticks. */
+function ticksOf(pid: number, children: boolean): number | undefined {
+  const f = statOf(pid);
+  if (!f) return undefined;
+  const own = Number(f[11]) + Number(f[12]);
+  return children ? own + Number(f[13]) + Number(f[14]) : own;
 }
+
+const parentOf = (pid: number): number | undefined => {
+  const f = statOf(pid);
+  return f ? Number(f[1]) : undefined;
+};
 
 /**
  * CPU µs used so far by the postmaster and every process it started, live
