@@ -35,7 +35,7 @@
 -- History: migrations 002 (first), 003 (pools), 004 (takeover), 007 (scope,
 -- ephemeral workers, keyed claims), 013 (concurrency groups), 017 (a group's
 -- row written by each slot taken); issue #36 (the walk's untouched rows first;
--- the group checks in functions of their own). Changing the
+-- the group checks in functions of their own; sequential scans off). Changing the
 -- arguments or the result type needs a numbered migration that drops the old
 -- function first (`create or replace` cannot change them).
 
@@ -46,6 +46,13 @@ returns setof conductor_claimed
 language plpgsql volatile
 set enable_sort = off
 set enable_bitmapscan = off
+-- Every read here starts from a key (the worker, the claim key, a job, a
+-- project) or walks an index in its order: a sequential scan is never the
+-- plan meant, and one chosen from statistics taken while a table was empty
+-- (a new database: migration 019 analyses task_attempts and tasks) stays in
+-- the session's cached plan for as long as the connection lives (issue #36:
+-- the bench's claims and successes scanned all of task_attempts).
+set enable_seqscan = off
 set lock_timeout = '5s'
 -- The cursor's plan: one generic plan (an index walk of tasks_claimable) for
 -- every call. Left to the default, a cursor keeps planning each call with its

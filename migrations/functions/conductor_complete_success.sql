@@ -8,7 +8,7 @@
 -- lease expiry that commits after this statement's snapshot makes the UPDATE
 -- fail with 40001; the caller runs it again, and it then matches nothing.
 --
--- History: migration 002.
+-- History: migration 002; issue #36 (sequential scans off).
 
 create or replace function conductor_complete_success(
   p_task uuid, p_lease uuid, p_worker uuid,
@@ -16,6 +16,12 @@ create or replace function conductor_complete_success(
 ) returns uuid
 language plpgsql volatile
 set lock_timeout = '5s'
+-- Each statement finds its rows by primary key. Without this, a plan made
+-- while task_attempts was analysed empty (a new database: migration 019)
+-- updated the attempt through a sequential scan of the whole table, cached
+-- for the session's life: every success read every attempt ever made
+-- (issue #36, found with the bench's per-table counters).
+set enable_seqscan = off
 as $$
 declare
   v_job uuid;

@@ -25,6 +25,11 @@ create or replace function conductor_follow_up(
   out job_state text, out promote boolean, out fail_fast boolean, out conditional boolean
 )
 language plpgsql volatile
+-- Keyed reads only (the job's waiting tasks, their needs), whatever the
+-- statistics say, like the functions it calls (issue #36).
+set enable_seqscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
 as $$
 begin
   select conductor_settle(p_job), conductor_child_ready(p_task), conductor_fail_fast_due(p_task),

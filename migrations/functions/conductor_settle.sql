@@ -35,7 +35,8 @@
 -- worst leave one settle to the sweep.
 --
 -- History: migrations 002 (first), 013 (blocked counts as work left); issue
--- #36 (the check before the lock, the advisory lock).
+-- #36 (the check before the lock, the advisory lock; the failed check keyed
+-- on the parameter).
 
 create or replace function conductor_settle(p_job uuid) returns text
 language plpgsql volatile
@@ -64,10 +65,14 @@ begin
     return null;
   end if;
 
+  -- The failed check names the job by the parameter, not by j.id: correlated,
+  -- the planner may run it as a hashed subplan over every failed task of the
+  -- table, and chose that on a new database's statistics (tasks analysed
+  -- empty) even with sequential scans off (issue #36, test/scheduler/keyed-plans.test.ts).
   update jobs j
      set state = case when exists (
                    select 1 from tasks t
-                    where t.job_id = j.id and t.state in ('failed', 'cancelled') and not t.allow_failure)
+                    where t.job_id = p_job and t.state in ('failed', 'cancelled') and not t.allow_failure)
                  then 'failed' else 'success' end,
          finished_at = now()
    where j.id = p_job
