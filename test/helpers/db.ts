@@ -74,3 +74,28 @@ export async function testDatabase(
   });
   return { name, url, pool };
 }
+
+/**
+ * Sequential scans of each of `tables` so far, as the server's statistics
+ * hold them. A backend's counters reach the server when it goes idle after
+ * `select pg_stat_force_next_flush()` (PostgreSQL 15 on), before its reply:
+ * call that on every connection whose scans should count first.
+ */
+export async function seqScans(pool: Pool, tables: string[]): Promise<Record<string, number>> {
+  const { rows } = await pool.query<{ relname: string; seq_scan: number }>(
+    'select relname, seq_scan from pg_stat_user_tables where relname = any ($1)',
+    [tables],
+  );
+  return Object.fromEntries(rows.map((r) => [r.relname, r.seq_scan]));
+}
+
+/** The tables of `tables` whose sequential scans grew from `before` to `after`, as "table: n". */
+export function scanned(
+  tables: string[],
+  before: Record<string, number>,
+  after: Record<string, number>,
+): string[] {
+  return tables
+    .filter((t) => (after[t] ?? 0) !== (before[t] ?? 0))
+    .map((t) => `${t}: ${(after[t] ?? 0) - (before[t] ?? 0)}`);
+}
