@@ -67,8 +67,9 @@ begin
 
   -- The failed check names the job by the parameter, not by j.id: correlated,
   -- the planner may run it as a hashed subplan over every failed task of the
-  -- table, and chose that on a new database's statistics (tasks analysed
-  -- empty) even with sequential scans off (issue #36, test/scheduler/keyed-plans.test.ts).
+  -- table, and PostgreSQL 18 chose that on a new database's statistics (tasks
+  -- analysed empty) even with sequential scans off (issue #36,
+  -- test/scheduler/keyed-plans.test.ts).
   update jobs j
      set state = case when exists (
                    select 1 from tasks t
