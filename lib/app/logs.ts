@@ -57,77 +57,92 @@ export async function appendLog(
   if (bytes.length > MAX_CHUNK_BYTES) {
     throw new PayloadTooLargeError(`a log chunk is at most ${MAX_CHUNK_BYTES} bytes`);
   }
-  return transaction(pool, async (tx) => {
-    const { rows } = await tx.query<
-      MaskSource & {
-        state: string;
-        lease_id: string | null;
-        worker_id: string | null;
-        attempt: number;
-        job_id: string;
-      }
-    >(
-      `select t.state, t.lease_id, t.worker_id, t.attempt, t.job_id, ${MASK_SOURCE}
+  // Keyed plans: every read starts from a key (the task, its attempt, the
+  // job's tasks, the chunk's foreign-key check); on tables analysed while
+  // empty a session planned them as scans and kept those plans (issue #36,
+  // test/e2e/runner-plans.test.ts).
+  return transaction(
+    pool,
+    async (tx) => {
+      const { rows } = await tx.query<
+        MaskSource & {
+          state: string;
+          lease_id: string | null;
+          worker_id: string | null;
+          attempt: number;
+          job_id: string;
+        }
+      >(
+        `select t.state, t.lease_id, t.worker_id, t.attempt, t.job_id, ${MASK_SOURCE}
          from tasks t join jobs j on j.id = t.job_id join projects p on p.id = j.project_id
         where t.id = $1`,
-      [input.taskId],
-    );
-    const task = rows[0];
-    if (!task) throw new NotFoundError(`task ${input.taskId} does not exist`);
-    if (
-      task.state !== 'running' ||
-      task.lease_id !== input.leaseId ||
-      task.worker_id !== input.workerId
-    ) {
-      throw new ConflictError(
-        `lease is not the task's current one (expired, completed, or held by another worker)`,
+        [input.taskId],
       );
-    }
-    // Locking the attempt row serialises the chunks of one attempt; a
-    // completion that finished the attempt after our snapshot makes this raise
-    // 40001, and the retry finds the lease gone.
-    const attempt = await tx.query<{ log_size: number }>(
-      'select log_size from task_attempts where task_id = $1 and attempt = $2 for update',
-      [input.taskId, task.attempt],
-    );
-    const size = Number(attempt.rows[0]!.log_size);
-    if (input.offset > size) {
-      const err = new ConflictError(`offset ${input.offset} is past the log's size ${size}`);
-      err.details = { size };
-      throw err;
-    }
-    if (input.offset + bytes.length <= size) return { size };
-    const tail = bytes.subarray(size - input.offset);
-    const newSize = size + tail.length;
-    if (newSize > input.maxBytes) {
-      throw new PayloadTooLargeError(
-        `the log of this attempt reached its limit of ${describeBytes(input.maxBytes)}`,
+      const task = rows[0];
+      if (!task) throw new NotFoundError(`task ${input.taskId} does not exist`);
+      if (
+        task.state !== 'running' ||
+        task.lease_id !== input.leaseId ||
+        task.worker_id !== input.workerId
+      ) {
+        throw new ConflictError(
+          `lease is not the task's current one (expired, completed, or held by another worker)`,
+        );
+      }
+      // Locking the attempt row serialises the chunks of one attempt; a
+      // completion that finished the attempt after our snapshot makes this raise
+      // 40001, and the retry finds the lease gone.
+      const attempt = await tx.query<{ log_size: number }>(
+        'select log_size from task_attempts where task_id = $1 and attempt = $2 for update',
+        [input.taskId, task.attempt],
       );
-    }
-    await checkJobQuota(
-      tx,
-      task.job_id,
-      input.taskId,
-      task.attempt,
-      size,
-      newSize,
-      input.jobMaxBytes,
-    );
-    const masker = openMasker(keyring, task);
-    const text = masker.empty
-      ? tail.toString('utf8')
-      : await maskAcrossChunks(tx, input.taskId, task.attempt, size, tail.toString('utf8'), masker);
-    await tx.query(
-      `insert into log_chunks (task_id, attempt, byte_offset, size, data) values ($1, $2, $3, $4, $5)`,
-      [input.taskId, task.attempt, size, tail.length, Buffer.from(text, 'utf8')],
-    );
-    await tx.query('update task_attempts set log_size = $3 where task_id = $1 and attempt = $2', [
-      input.taskId,
-      task.attempt,
-      newSize,
-    ]);
-    return { size: newSize };
-  });
+      const size = Number(attempt.rows[0]!.log_size);
+      if (input.offset > size) {
+        const err = new ConflictError(`offset ${input.offset} is past the log's size ${size}`);
+        err.details = { size };
+        throw err;
+      }
+      if (input.offset + bytes.length <= size) return { size };
+      const tail = bytes.subarray(size - input.offset);
+      const newSize = size + tail.length;
+      if (newSize > input.maxBytes) {
+        throw new PayloadTooLargeError(
+          `the log of this attempt reached its limit of ${describeBytes(input.maxBytes)}`,
+        );
+      }
+      await checkJobQuota(
+        tx,
+        task.job_id,
+        input.taskId,
+        task.attempt,
+        size,
+        newSize,
+        input.jobMaxBytes,
+      );
+      const masker = openMasker(keyring, task);
+      const text = masker.empty
+        ? tail.toString('utf8')
+        : await maskAcrossChunks(
+            tx,
+            input.taskId,
+            task.attempt,
+            size,
+            tail.toString('utf8'),
+            masker,
+          );
+      await tx.query(
+        `insert into log_chunks (task_id, attempt, byte_offset, size, data) values ($1, $2, $3, $4, $5)`,
+        [input.taskId, task.attempt, size, tail.length, Buffer.from(text, 'utf8')],
+      );
+      await tx.query('update task_attempts set log_size = $3 where task_id = $1 and attempt = $2', [
+        input.taskId,
+        task.attempt,
+        newSize,
+      ]);
+      return { size: newSize };
+    },
+    { keyedPlans: true },
+  );
 }
 
 /**

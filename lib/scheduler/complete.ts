@@ -38,15 +38,14 @@ export async function heartbeat(
   leaseId: string,
   opts: { leaseS?: number } = {},
 ): Promise<HeartbeatResult> {
-  // One statement: a lease that moved on (or a task that never existed)
-  // matches nothing, and only then is the task looked up to say which.
+  // One statement (migrations/functions/conductor_heartbeat.sql): a lease
+  // that moved on (or a task that never existed) matches nothing, and only
+  // then is the task looked up to say which.
   const rows = await statement<{ lease_expires_at: Date; cancel_requested: boolean }>(
     pool,
     prepared(
       'conductor_heartbeat',
-      `update tasks set lease_expires_at = now() + make_interval(secs => $4)
-        where id = $1 and state = 'running' and lease_id = $2 and worker_id = $3
-        returning lease_expires_at, cancel_requested`,
+      'select h.lease_expires_at, h.cancel_requested from conductor_heartbeat($1, $2, $3, $4) h',
       [taskId, leaseId, workerId, opts.leaseS ?? DEFAULT_LEASE_S],
     ),
   );
