@@ -17,9 +17,10 @@ create or replace function conductor_complete_success(
 language plpgsql volatile
 set lock_timeout = '5s'
 -- Each statement finds its rows by primary key. Without this, a plan made
--- while task_attempts was analysed empty (a new database: migration 019)
--- updated the attempt through a sequential scan of the whole table, cached
--- for the session's life: every success read every attempt ever made
+-- while task_attempts was analysed empty (a new database's, until migration
+-- 019 stopped analysing empty tables) updated the attempt through a
+-- sequential scan of the whole table, cached as the table grew: every
+-- success read every attempt ever made
 -- (issue #36, found with the bench's per-table counters).
 set enable_seqscan = off
 as $$

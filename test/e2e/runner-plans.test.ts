@@ -11,7 +11,7 @@
 // they are.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { scanned, seqScans } from '../helpers/db.ts';
+import { scansDuring } from '../helpers/db.ts';
 import { makeProject, startedJob } from '../helpers/fixtures.ts';
 import { laneSpec, newLane } from '../helpers/race.ts';
 import { testStack } from '../helpers/stack.ts';
@@ -87,14 +87,12 @@ async function runnerCycles(analyseEmpty: boolean): Promise<string[]> {
   };
   // A first round makes the plans (a generic plan comes after five calls).
   for (let i = 0; i < 20; i++) await cycle(i);
-  await pool.query('select pg_stat_force_next_flush()');
-  const before = await seqScans(pool, TABLES);
   let last: { state: string; job_state: string | null } | undefined;
-  for (let i = 20; i < n; i++) last = await cycle(i);
-  await pool.query('select pg_stat_force_next_flush()');
-  const after = await seqScans(pool, TABLES);
+  const scanned = await scansDuring([pool], TABLES, async () => {
+    for (let i = 20; i < n; i++) last = await cycle(i);
+  });
   assert.deepEqual(last, { state: 'success', job_state: 'success' });
-  return scanned(TABLES, before, after);
+  return scanned;
 }
 
 test("a runner's claims, heartbeats, logs and completions scan no table on a new database", async () => {

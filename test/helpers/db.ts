@@ -75,13 +75,8 @@ export async function testDatabase(
   return { name, url, pool };
 }
 
-/**
- * Sequential scans of each of `tables` so far, as the server's statistics
- * hold them. A backend's counters reach the server when it goes idle after
- * `select pg_stat_force_next_flush()` (PostgreSQL 15 on), before its reply:
- * call that on every connection whose scans should count first.
- */
-export async function seqScans(pool: Pool, tables: string[]): Promise<Record<string, number>> {
+/** Sequential scans of each of `tables` so far, as the server's statistics hold them. */
+async function seqScans(pool: Pool, tables: string[]): Promise<Record<string, number>> {
   const { rows } = await pool.query<{ relname: string; seq_scan: number }>(
     'select relname, seq_scan from pg_stat_user_tables where relname = any ($1)',
     [tables],
@@ -89,12 +84,25 @@ export async function seqScans(pool: Pool, tables: string[]): Promise<Record<str
   return Object.fromEntries(rows.map((r) => [r.relname, r.seq_scan]));
 }
 
-/** The tables of `tables` whose sequential scans grew from `before` to `after`, as "table: n". */
-export function scanned(
+/**
+ * The tables of `tables` that `work` scanned sequentially, as "table: n".
+ * A backend's counters reach the server when it goes idle after
+ * `select pg_stat_force_next_flush()` (PostgreSQL 15 on), before its reply:
+ * it is called on each of `pools` (each of one connection, so that it
+ * reaches the backend that did the work) before and after, and the counters
+ * are read through the first.
+ */
+export async function scansDuring(
+  pools: Pool[],
   tables: string[],
-  before: Record<string, number>,
-  after: Record<string, number>,
-): string[] {
+  work: () => Promise<void>,
+): Promise<string[]> {
+  const flush = () => Promise.all(pools.map((p) => p.query('select pg_stat_force_next_flush()')));
+  await flush();
+  const before = await seqScans(pools[0]!, tables);
+  await work();
+  await flush();
+  const after = await seqScans(pools[0]!, tables);
   return tables
     .filter((t) => (after[t] ?? 0) !== (before[t] ?? 0))
     .map((t) => `${t}: ${(after[t] ?? 0) - (before[t] ?? 0)}`);
