@@ -172,16 +172,39 @@ async function failUnclaimed(
     pool,
     async (tx) => {
       // At REPEATABLE READ a claim that committed after this snapshot makes
-      // the lock raise 40001, and the retry finds the task running.
-      const { rows } = await tx.query<TaskRow & { waited_out: boolean }>(
-        `select t.*, t.queued_at + make_interval(secs => t.queue_timeout_s) < now() as waited_out
+      // the lock raise 40001, and the retry finds the task running. The
+      // find's rule (conductor_queue_waited_out) is asked again here: a task
+      // the claim holds back for its group is not failed (issue #47).
+      const { rows } = await tx.query<TaskRow & { waited_out: boolean; job_group: string | null }>(
+        `select t.*, conductor_queue_waited_out(t) as waited_out,
+                (select j.concurrency_key from jobs j
+                  where j.id = t.job_id and not j.group_held) as job_group
            from tasks t
           where t.id = $1
-          for update`,
+          for update of t`,
         [taskId],
       );
       const task = rows[0];
       if (!task || task.state !== 'queued' || !task.waited_out) return null;
+      // The snapshot may be older than a claim that has since taken a slot
+      // in the task's group (or its job's), which can hold the task back
+      // again without touching its row. So the group's row is written as a
+      // claim that takes a slot writes it (migrations/017), taking none: if
+      // such a claim committed after this snapshot, this raises 40001 and
+      // the retry asks again; a claim after this one waits for it and raises
+      // 40001 itself, and its retry finds the task failed.
+      const groups = [
+        ...(task.concurrency_key ? [`task:${task.concurrency_key}`] : []),
+        ...(task.job_group ? [`job:${task.job_group}`] : []),
+      ];
+      if (groups.length > 0) {
+        await tx.query(
+          `insert into concurrency_groups as g (key, taken_at)
+           select k, '-infinity' from unnest($1::text[]) k
+           on conflict (key) do update set version = g.version`,
+          [groups],
+        );
+      }
       await tx.query(
         `update tasks set state = 'failed', finished_at = now(), error = $2 where id = $1`,
         [task.id, queueTimeoutMessage(task)],
@@ -365,21 +388,14 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
   // their time cost an index entry each and no table row.
   const unclaimed = await find<{ id: string }>(
     'queue timeouts',
-    // A task waiting for its concurrency group (not its queue's head, or the
-    // group full) waits for the group, not for a worker: its queue timeout
-    // does not run.
+    // A task waiting for its concurrency group waits for the group, not for
+    // a worker: its queue timeout does not run, and counts from when the
+    // group let it be claimed (conductor_queue_waited_out: the claim's own
+    // rule, and the group's last change, issue #47). That clock never starts
+    // before queued_at, so the index still bounds the walk.
     `select t.id from tasks t
       where t.state = 'queued' and t.queued_at + make_interval(secs => t.queue_timeout_s) < now()
-        and not exists (select 1 from jobs j where j.id = t.job_id
-                          and j.concurrency_key is not null and not j.group_held)
-        and (t.concurrency_key is null
-             or ((select count(*) from tasks h
-                   where h.concurrency_key = t.concurrency_key and h.state = 'running')
-                   < t.concurrency_limit
-                 and not exists (
-                       select 1 from tasks o
-                        where o.concurrency_key = t.concurrency_key and o.state = 'queued'
-                          and (o.job_created_at, o.position) < (t.job_created_at, t.position))))
+        and conductor_queue_waited_out(t)
       order by t.queued_at limit $1`,
     [batch],
   );

@@ -35,7 +35,8 @@
 -- History: migrations 002 (first), 003 (pools), 004 (takeover), 007 (scope,
 -- ephemeral workers, keyed claims), 013 (concurrency groups), 017 (a group's
 -- row written by each slot taken); issue #36 (the walk's untouched rows first;
--- the group checks in functions of their own; sequential scans off). Changing the
+-- the group checks in functions of their own; sequential scans off); issue
+-- #47 (the ephemeral claim and the group slots hold at READ COMMITTED). Changing the
 -- arguments or the result type needs a numbered migration that drops the old
 -- function first (`create or replace` cannot change them).
 
@@ -157,10 +158,11 @@ begin
       -- walk reads the candidates in claim order (a cursor, one row a fetch)
       -- and locks (SKIP LOCKED) the first whose xmax is no such transaction
       -- (conductor_claim_fresh: not an xid running at our snapshot, nor one
-      -- assigned within 65,536 xids after it): xmax zero, a transaction that
-      -- ended before the snapshot (committed: then it only locked the row,
-      -- else we would see its new version; or aborted: a claim that rolled
-      -- back), a multixact id that names no such xid. Locking such a row
+      -- assigned after it): xmax zero, a transaction that ended before the
+      -- snapshot (committed: then it only locked the row, else we would see
+      -- its new version; or aborted: a claim that rolled back), a multixact
+      -- id (ahead of the xid counter, or behind the snapshot's xmax without
+      -- naming an xid running at it). Locking such a row
       -- raises no 40001 unless yet another claimer takes it between our
       -- snapshot and our lock.
       -- The touched candidates it passed over are kept, in claim order, and
@@ -168,14 +170,15 @@ begin
       -- before #36; so no row is starved: a row a concurrent transaction
       -- only locked (FOR UPDATE, SKIP LOCKED, a foreign key's KEY SHARE) and
       -- let go, a claim that rolled back after our snapshot, a multixact id
-      -- that happens to fall in the window.
+      -- that happens to equal such an xid.
       -- Oldest-first: a row locked by a transaction still running is passed
       -- over by SKIP LOCKED, as before. A row that a concurrent transaction
       -- locked without updating it and that ended after our snapshot (a
       -- claim that rolled back, a share lock let go) is free, but touched: a
       -- claim whose snapshot was taken before that end may take a younger
       -- task. A claim whose snapshot follows it takes the row first (both
-      -- tested).
+      -- tested), also when the row's xmax is a multixact id just ahead of
+      -- the xid counter (issue #47, test/scheduler/claim-multixact.test.ts).
       -- Each lock is its own statement on one row by id; at REPEATABLE READ
       -- it raises 40001 on a row changed after the snapshot exactly as the
       -- single statement's FOR UPDATE did. It checks `state = 'queued'` again
@@ -227,10 +230,17 @@ begin
 
     -- The ephemeral worker's one claim. Two claims of one ephemeral token at
     -- once: the second to write this row raises 40001 (REPEATABLE READ), and
-    -- its retry sees claimed_lease set and claims nothing.
+    -- its retry sees claimed_lease set and claims nothing. At READ COMMITTED
+    -- the second writer waits for the first, then finds the row's newest
+    -- version with claimed_lease set: it writes nothing and claims nothing
+    -- (issue #47; before, it wrote over the first and claimed a second task).
     -- It is seen now too: the token check's `seen` leaves this row to us.
     if v_worker.ephemeral then
-      update workers set claimed_lease = p_lease_id, last_seen_at = now() where id = p_worker;
+      update workers set claimed_lease = p_lease_id, last_seen_at = now()
+       where id = p_worker and claimed_lease is null;
+      if not found then
+        return;
+      end if;
     end if;
 
     -- A takeover is a requeue and a claim at once: queued_at restarts as on
@@ -257,9 +267,24 @@ begin
     -- the two locked different tasks). The second writer of the row raises
     -- 40001 and its retry counts the first's holder. A takeover takes no new
     -- slot; a task of no group writes no row.
+    -- At READ COMMITTED (issue #47) the second writer waits for the first
+    -- and then writes over it; so there the holders are counted again, in a
+    -- statement of its own and so a snapshot taken after the row is ours:
+    -- every claimer that took a slot before us has committed, and one that
+    -- counted more than the limit raises 40001 (nothing written stays; the
+    -- caller's retry claims anew). At REPEATABLE READ the count would read
+    -- the old snapshot, and the write's 40001 already decides.
     if v_task.concurrency_key is not null and not v_takeover then
       insert into concurrency_groups as g (key) values ('task:' || v_task.concurrency_key)
       on conflict (key) do update set version = g.version + 1, taken_at = now();
+      if current_setting('transaction_isolation') = 'read committed'
+         -- our task is one of the holders now: the smallest limit is the rule's
+         and (select count(*) > min(h.concurrency_limit)
+                from tasks h
+               where h.concurrency_key = v_task.concurrency_key and h.state = 'running') then
+        raise exception 'concurrency group % has no free slot: another claim took it', v_task.concurrency_key
+          using errcode = 'serialization_failure';
+      end if;
     end if;
 
     -- The first claim of a job in a group of its own takes the job's slot,
@@ -272,6 +297,14 @@ begin
     if v_job_key is not null then
       insert into concurrency_groups as g (key) values ('job:' || v_job_key)
       on conflict (key) do update set version = g.version + 1, taken_at = now();
+      -- Counted again at READ COMMITTED, as a task's group above.
+      if current_setting('transaction_isolation') = 'read committed'
+         and (select count(*) > min(h.concurrency_limit)
+                from jobs h
+               where h.concurrency_key = v_job_key and h.state = 'running' and h.group_held) then
+        raise exception 'concurrency group % has no free slot: another claim took it', v_job_key
+          using errcode = 'serialization_failure';
+      end if;
     end if;
   end if;
 
