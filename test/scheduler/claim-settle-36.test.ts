@@ -223,35 +223,54 @@ test('an older task whose xmax is a multixact is claimed before a younger one', 
 });
 
 test('the walk locks a row at once unless its xmax can be a transaction concurrent with the snapshot', async () => {
-  // conductor_claim_fresh on synthetic values: a multixact id is not an xid,
-  // so the xmax can read as any number. Only an xid the snapshot saw running,
-  // or one within 65,536 after the snapshot's xmax, is passed over; before
-  // the review's fix every xmax not visible in the snapshot was, which kept a
+  // conductor_claim_fresh on synthetic values around the server's xid
+  // counter: a multixact id is not an xid, so the xmax can read as any
+  // number. Only an xid the snapshot saw running, or one at or above the
+  // snapshot's xmax that the xid counter has reached, is passed over. Before
+  // the review of #36 every xmax not visible in the snapshot was, which kept a
   // task whose multixact id ran ahead of the xid counter behind younger ones
-  // while younger work kept arriving.
-  const next = 10_000_000_000n; // epoch 2
-  const snap = `9999999990:${next}:9999999995`; // xmin:xmax:xip
-  const low = (x: bigint) => (x % 4294967296n).toString();
-  const fresh = async (xmax: string): Promise<boolean> => {
-    const { rows } = await pool.query<{ f: boolean }>(
-      `select conductor_claim_fresh($1::xid, $2::pg_snapshot, $3::bigint) as f`,
-      [xmax, snap, next.toString()],
+  // while younger work kept arriving; until #47 every number within 65,536
+  // above the snapshot's xmax was, which kept it there until the counter
+  // passed it (test/scheduler/claim-multixact.test.ts has a real one).
+  const c = await pool.connect();
+  try {
+    // One transaction: the server reads its counter for age() once in it.
+    await c.query('begin');
+    const { rows } = await c.query<{ counter: string }>(
+      `select pg_snapshot_xmax(pg_current_snapshot())::text as counter`,
     );
-    return rows[0]!.f;
-  };
-  assert.equal(await fresh('0'), true, 'untouched');
-  assert.equal(await fresh(low(next - 100n)), true, 'ended before the snapshot');
-  assert.equal(await fresh(low(9999999995n)), false, 'running at the snapshot');
-  assert.equal(await fresh(low(next)), false, 'the first xid after the snapshot');
-  assert.equal(await fresh(low(next + 65535n)), false, 'within the window');
-  assert.equal(await fresh(low(next + 65536n)), true, 'past the window: a multixact id');
-  assert.equal(await fresh(low(next + 2_000_000_000n)), true, 'far ahead: a multixact id');
-  assert.equal(await fresh(low(next - 2_000_000_000n)), true, 'far behind');
-  // Early in a cluster's life, an id that would name an xid before the first.
-  const { rows } = await pool.query<{ f: boolean }>(
-    `select conductor_claim_fresh('4000000000'::xid, '900:1000:'::pg_snapshot, 1000) as f`,
-  );
-  assert.equal(rows[0]!.f, true);
+    const counter = BigInt(rows[0]!.counter);
+    // A snapshot taken 100 xids ago, when one transaction was running.
+    const next = counter - 100n;
+    const snap = `${next - 10n}:${next}:${next - 5n}`; // xmin:xmax:xip
+    const low = (x: bigint) => (x % 4294967296n).toString();
+    const fresh = async (xmax: string): Promise<boolean> => {
+      const { rows } = await c.query<{ f: boolean }>(
+        `select conductor_claim_fresh($1::xid, $2::pg_snapshot, $3::bigint) as f`,
+        [xmax, snap, next.toString()],
+      );
+      return rows[0]!.f;
+    };
+    assert.equal(await fresh('0'), true, 'untouched');
+    assert.equal(await fresh(low(next - 8n)), true, 'ended before the snapshot');
+    assert.equal(await fresh(low(next - 5n)), false, 'running at the snapshot');
+    assert.equal(await fresh(low(next)), false, "the first xid at the snapshot's xmax");
+    assert.equal(await fresh(low(counter - 1n)), false, 'assigned after the snapshot');
+    assert.equal(
+      await fresh(low(counter + 30_000n)),
+      true,
+      'ahead of the xid counter, within 65,536 of the snapshot: a multixact id',
+    );
+    assert.equal(await fresh(low(counter + 2_000_000_000n)), true, 'far ahead: a multixact id');
+    // Early in a cluster's life, an id that would name an xid before the first.
+    const early = await c.query<{ f: boolean }>(
+      `select conductor_claim_fresh('4000000000'::xid, '900:1000:'::pg_snapshot, 1000) as f`,
+    );
+    assert.equal(early.rows[0]!.f, true);
+  } finally {
+    await c.query('rollback');
+    c.release();
+  }
 });
 
 test('the claim inlines conductor_claim_fresh (no function call per row)', async () => {
