@@ -10,10 +10,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
 import pg from 'pg';
-import { claimTask, completeTask } from '../../lib/scheduler/index.ts';
+import { claimTask, completeTask, createJob, startJob } from '../../lib/scheduler/index.ts';
 import type { TaskSpec } from '../../lib/scheduler/types.ts';
 import { testDatabase } from '../helpers/db.ts';
-import { makeProject, makeWorker, startedJob, tasksOf } from '../helpers/fixtures.ts';
+import { makeProject, makeWorker, sha, startedJob, tasksOf } from '../helpers/fixtures.ts';
 import { laneSpec, newLane, until } from '../helpers/race.ts';
 
 const db = await testDatabase(import.meta.filename, { poolMax: 6 });
@@ -112,5 +112,48 @@ test('a second claim at READ COMMITTED into a limit-1 group whose slot a first, 
     [(await tasksOf(pool, later.id)).deploy!.concurrency_key],
   );
   assert.deepEqual(rows, [{ job_id: later.id }], 'the group runs one task');
+  assert.equal(await claimTask(pool, w2, [lane]), null, 'and a claim again finds it full');
+});
+
+test("a second claim at READ COMMITTED into a pipeline's limit-1 group whose slot a first, open claim took claims nothing", async () => {
+  const project = await makeProject(pool, { cancelSuperseded: false });
+  const [w1, w2] = [await makeWorker(pool), await makeWorker(pool)];
+  const lane = newLane();
+  const release = { group: 'release', limit: 1, mode: 'queue' } as const;
+  const job = () =>
+    createJob(pool, {
+      projectId: project,
+      ref: 'refs/heads/main',
+      sha: sha(),
+      trigger: 'push',
+      trusted: true,
+    });
+  const start = (id: string) =>
+    startJob(pool, id, {
+      name: null,
+      concurrency: release,
+      tasks: [{ ...laneSpec(lane, 'ship'), position: 0 }],
+    });
+  // The older job starts only after the first claim took the later job's
+  // slot: then it heads the group in the second claim's snapshot, where no
+  // job holds the group yet.
+  const older = (await job()).job;
+  const later = (await job()).job;
+  await start(later.id);
+
+  const first = await openClaim(w1, lane);
+  assert.equal(await first.answer, 'ship');
+  await start(older.id);
+  const second = await openClaim(w2, lane);
+  await second.waiting();
+  assert.equal(await first.end(), 'ship');
+  assert.equal(await second.end(), 'error 40001', 'the second rolls back');
+
+  const { rows } = await pool.query<{ id: string }>(
+    `select id from jobs where id = any($1::uuid[]) and group_held`,
+    [[older.id, later.id]],
+  );
+  assert.deepEqual(rows, [{ id: later.id }], 'one job holds the group');
+  assert.equal((await tasksOf(pool, older.id)).ship!.state, 'queued');
   assert.equal(await claimTask(pool, w2, [lane]), null, 'and a claim again finds it full');
 });
