@@ -232,14 +232,17 @@ begin
     -- once: the second to write this row raises 40001 (REPEATABLE READ), and
     -- its retry sees claimed_lease set and claims nothing. At READ COMMITTED
     -- the second writer waits for the first, then finds the row's newest
-    -- version with claimed_lease set: it writes nothing and claims nothing
-    -- (issue #47; before, it wrote over the first and claimed a second task).
+    -- version with claimed_lease set and writes nothing: it raises 40001 as
+    -- REPEATABLE READ would (a takeover above has already written the lost
+    -- attempt, which must not stay), and its retry claims nothing (issue
+    -- #47; before, it wrote over the first and claimed a second task).
     -- It is seen now too: the token check's `seen` leaves this row to us.
     if v_worker.ephemeral then
       update workers set claimed_lease = p_lease_id, last_seen_at = now()
        where id = p_worker and claimed_lease is null;
       if not found then
-        return;
+        raise exception 'ephemeral worker % has made its one claim', p_worker
+          using errcode = 'serialization_failure';
       end if;
     end if;
 
@@ -277,7 +280,7 @@ begin
     if v_task.concurrency_key is not null and not v_takeover then
       insert into concurrency_groups as g (key) values ('task:' || v_task.concurrency_key)
       on conflict (key) do update set version = g.version + 1, taken_at = now();
-      if current_setting('transaction_isolation') = 'read committed'
+      if current_setting('transaction_isolation') in ('read committed', 'read uncommitted')
          -- our task is one of the holders now: the smallest limit is the rule's
          and (select count(*) > min(h.concurrency_limit)
                 from tasks h
@@ -298,7 +301,7 @@ begin
       insert into concurrency_groups as g (key) values ('job:' || v_job_key)
       on conflict (key) do update set version = g.version + 1, taken_at = now();
       -- Counted again at READ COMMITTED, as a task's group above.
-      if current_setting('transaction_isolation') = 'read committed'
+      if current_setting('transaction_isolation') in ('read committed', 'read uncommitted')
          and (select count(*) > min(h.concurrency_limit)
                 from jobs h
                where h.concurrency_key = v_job_key and h.state = 'running' and h.group_held) then

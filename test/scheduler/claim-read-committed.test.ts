@@ -69,7 +69,8 @@ test("an ephemeral worker's second claim at READ COMMITTED, made while its first
   const second = await openClaim(worker, lane);
   await second.waiting();
   assert.equal(await first.end(), 'a');
-  assert.equal(await second.end(), null);
+  assert.equal(await second.end(), 'error 40001', 'the second rolls back');
+  assert.equal(await claimTask(pool, worker, [lane]), null, 'and a claim again gets nothing');
 
   const tasks = await tasksOf(pool, job.id);
   assert.deepEqual([tasks.a!.state, tasks.b!.state], ['running', 'queued']);
