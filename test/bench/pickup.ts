@@ -16,6 +16,8 @@ export interface PickupSide {
   times: number[];
   p50: number;
   max: number;
+  /** Of that, the task queued (its commit) to claimed, on the database's clock: the pickup's own part. */
+  queuedToClaimed: { p50: number; max: number };
 }
 
 export interface PickupLatency {
@@ -25,10 +27,11 @@ export interface PickupLatency {
   polling: PickupSide & { pollMaxS: number };
 }
 
-const side = (times: number[]): PickupSide => ({
+const side = (times: number[], waits: number[]): PickupSide => ({
   times,
   p50: percentile(times, 50),
   max: Math.max(...times),
+  queuedToClaimed: { p50: percentile(waits, 50), max: Math.max(...waits) },
 });
 
 /**
@@ -126,20 +129,33 @@ export async function pickupLatency(
           if (started.length === before) throw new Error(`${label}: the task did not start`);
           return started[before]! - t0;
         };
-        return { push, times: [] as number[] };
+        /** The latest task's queued-to-claimed time, in ms. */
+        const waited = async (): Promise<number> => {
+          const { rows } = await stack.context.pool.query<{ ms: number }>(
+            `select extract(epoch from (t.started_at - t.queued_at)) * 1000 as ms
+               from tasks t join jobs j on j.id = t.job_id
+              where j.project_id = $1 order by j.number desc limit 1`,
+            [label],
+          );
+          return Number(rows[0]?.ms);
+        };
+        return { push, waited, times: [] as number[], waits: [] as number[] };
       }),
     );
     for (const s of sides) await s.push();
     for (let r = 0; r < rounds; r++) {
       await sleep(idleS * 1000);
       const order = r % 2 === 0 ? sides : [...sides].reverse();
-      for (const s of order) s.times.push(await s.push());
+      for (const s of order) {
+        s.times.push(await s.push());
+        s.waits.push(await s.waited());
+      }
     }
     return {
       idleS,
       rounds,
-      longPoll: side(sides[0]!.times),
-      polling: { ...side(sides[1]!.times), pollMaxS },
+      longPoll: side(sides[0]!.times, sides[0]!.waits),
+      polling: { ...side(sides[1]!.times, sides[1]!.waits), pollMaxS },
     };
   } finally {
     await Promise.all(runners.map((r) => r.stop({ graceMs: 0 })));

@@ -299,8 +299,8 @@ export function markdown(r: Results): string {
   if (r.pickup) {
     const p = r.pickup;
     lines.push(
-      `| push to task running, runner idle ${p.idleS} s, long poll (\`?wait=25\`), ${p.longPoll.times.length} rounds | median ${f0(p.longPoll.p50)} ms, max ${f0(p.longPoll.max)} ms |`,
-      `| the same, the runner polling (backoff 0.5 s doubling to ${p.polling.pollMaxS} s), same rounds | median ${f0(p.polling.p50)} ms, max ${f0(p.polling.max)} ms |`,
+      `| push to task running, runner idle ${p.idleS} s, long poll (\`?wait=25\`), ${p.longPoll.times.length} rounds | median ${f0(p.longPoll.p50)} ms, max ${f0(p.longPoll.max)} ms (queued to claimed: median ${f0(p.longPoll.queuedToClaimed.p50)} ms, max ${f0(p.longPoll.queuedToClaimed.max)} ms) |`,
+      `| the same, the runner polling (backoff 0.5 s doubling to ${p.polling.pollMaxS} s), same rounds | median ${f0(p.polling.p50)} ms, max ${f0(p.polling.max)} ms (queued to claimed: median ${f0(p.polling.queuedToClaimed.p50)} ms) |`,
     );
   }
   if (r.lostRunner) {
