@@ -1,13 +1,32 @@
 import { z } from 'zod';
 import { answerFromClosedGate, claimForRunner } from '../lib/app/claim.ts';
+import { MAX_CLAIM_WAIT_S } from '../lib/app/pickup.ts';
 import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
 import { workerTokenHash } from '../lib/http/auth.ts';
-import { type HttpEvent, header, httpFunction, jsonBody, type Reply } from '../lib/http/index.ts';
+import {
+  clientGone,
+  type HttpEvent,
+  header,
+  httpFunction,
+  jsonBody,
+  queryParams,
+  type Reply,
+} from '../lib/http/index.ts';
 
 export const ClaimSchema = z.strictObject({
   labels: z.array(z.string().min(1).max(63)).max(50).optional(),
+});
+
+/** `?wait=N`: a long poll of at most 25 s (what proxies let an idle answer take). */
+export const ClaimQuerySchema = z.object({
+  wait: z.coerce
+    .number({ message: 'must be a whole number of seconds' })
+    .int('must be a whole number of seconds')
+    .min(0, 'must be at least 0')
+    .max(MAX_CLAIM_WAIT_S, `must be at most ${MAX_CLAIM_WAIT_S}`)
+    .optional(),
 });
 
 const MAX_KEY_LENGTH = 200;
@@ -27,16 +46,18 @@ function idempotencyKey(event: HttpEvent): string | null {
 /** POST /v1/runner/claim */
 async function main(
   event: HttpEvent,
-  _context?: unknown,
+  context?: unknown,
   opts?: { signal?: AbortSignal },
 ): Promise<Reply> {
   const ctx = await getContext();
   const tokenHash = workerTokenHash(event);
   let labels: string[] | undefined;
   let key: string | null;
+  let waitS: number | undefined;
   try {
     labels = jsonBody(event, ClaimSchema).labels;
     key = idempotencyKey(event);
+    waitS = queryParams(event, ClaimQuerySchema).wait;
   } catch (err) {
     // A bad token is a 401 even when the body is bad too; a closed idle
     // gate says so from its bucket, without the database.
@@ -46,8 +67,13 @@ async function main(
     throw err;
   }
   // The token check and the claim are one statement (one round trip). The
-  // signal is middy's early timeout: a claim answered 503 is given back.
-  const task = await claimForRunner(ctx, tokenHash, labels, { key, signal: opts?.signal });
+  // signal is middy's early timeout (a claim answered 503 is given back) or,
+  // on the local server, the runner hanging up on a long poll: it stops
+  // waiting, and a claim made meanwhile is given back.
+  const gone = clientGone(context);
+  const signals = [opts?.signal, gone].filter((s): s is AbortSignal => s !== undefined);
+  const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
+  const task = await claimForRunner(ctx, tokenHash, labels, { key, signal, waitS });
   return task ? { status: 200, body: { task } } : { status: 204 };
 }
 

@@ -46,6 +46,17 @@ export const PRICES = {
   containerTurnoversPerDay: 6,
   /** One wake: ~6 minutes at 0.5 ACU until auto-pause. */
   dailyWakeAcuHours: 0.5 * (6 / 60),
+  /** API Gateway WebSocket API: connection minutes, and messages (either way, per 32 KB). */
+  wsConnectionMinutePerMillion: 0.25,
+  wsMessagePerMillion: 1.0,
+  /** A WebSocket connection lasts at most 2 hours; one idle 10 minutes is closed. */
+  wsMaxConnectionS: 2 * 3600,
+  /** The runner's keepalive on the socket (API Gateway ignores protocol pings): a message every 9 min. */
+  wsKeepaliveS: 9 * 60,
+  /** With the channel up, the runner still claims this often: what a lost push costs at most. */
+  pushedRunnerPollS: 300,
+  /** $connect and $disconnect: a Lambda answered from the gate's bucket. */
+  wsRouteMs: 30,
 };
 
 interface Template {
@@ -193,6 +204,57 @@ export function runnersCost(t: Template, runners: number, p = PRICES): CostLine[
 }
 
 /**
+ * The pickup channel on AWS (#52), per idle runner, a design with its
+ * figures (not deployed yet): an API Gateway WebSocket API the runner holds
+ * open. `$connect` checks the worker token against the idle gate's bucket
+ * (lib/idle/workers.ts; a token the bucket cannot answer for is refused, and
+ * that runner polls) and writes the connection to a registry in the same
+ * bucket (`pickup/<connection id>`, with the worker's labels), `$disconnect`
+ * deletes it; neither opens a database connection, so an idle runner never
+ * wakes Aurora. After a commit that makes tasks claimable the function that
+ * made it lists the registry and posts a wake-up to each connection
+ * (PostToConnection); the runner then claims over HTTPS as it does now. A
+ * long poll would instead hold a claim Lambda per idle runner (512 MB
+ * around the clock: about $17.50 a month). The socket is reopened every 2
+ * hours (API Gateway's limit) and kept alive with a message every 9 minutes
+ * (its idle limit is 10, and it answers no protocol ping); while it is up the
+ * runner claims every `pushedRunnerPollS` all the same, so a lost wake-up
+ * costs at most that, and without it the runner polls as today.
+ */
+export function pushChannelCost(p = PRICES): CostLine[] {
+  const seconds = p.hoursPerMonth * 3600;
+  const connects = seconds / p.wsMaxConnectionS;
+  const keepalives = seconds / p.wsKeepaliveS;
+  const polls = seconds / p.pushedRunnerPollS;
+  const lambda = (n: number, ms: number) =>
+    (n * p.lambdaPerMillion) / 1e6 + n * (ms / 1000) * 0.5 * p.lambdaArmGbSecond;
+  return [
+    {
+      item: 'the socket held open (connection minutes)',
+      monthly: ((seconds / 60) * p.wsConnectionMinutePerMillion) / 1e6,
+    },
+    {
+      item: `keepalive messages (one every ${p.wsKeepaliveS / 60} min)`,
+      monthly: (keepalives * p.wsMessagePerMillion) / 1e6,
+    },
+    {
+      item: `reconnects every ${p.wsMaxConnectionS / 3600} h: $connect/$disconnect Lambdas, a token read, a registry write`,
+      monthly:
+        2 * lambda(connects, p.wsRouteMs) +
+        (connects * p.s3GetPerThousand) / 1000 +
+        (connects * p.s3PutPerThousand) / 1000,
+    },
+    {
+      item: `a claim every ${p.pushedRunnerPollS / 60} min while the channel is up (request, closed-gate invocation, marker read)`,
+      monthly:
+        (polls * p.httpApiPerMillion) / 1e6 +
+        lambda(polls, p.closedClaimMs) +
+        (polls * p.s3GetPerThousand) / 1000,
+    },
+  ];
+}
+
+/**
  * What CI traffic adds a month at `tasksPerDay` (a task: a claim, ~10
  * heartbeats and log chunks, a completion; a job per 5 tasks): requests,
  * invocations, and Aurora awake at 0.5 ACU for the hours with work (at most
@@ -233,6 +295,10 @@ if (process.argv[1]?.endsWith('cost.ts')) {
     for (const l of idle) console.log(`  ${l.item.padEnd(80)} $${l.monthly.toFixed(2)}`);
     console.log(`  total: $${total(idle).toFixed(2)}`);
   }
+  const pushed = pushChannelCost();
+  console.log('\nan idle runner on the push channel (design, #52):');
+  for (const l of pushed) console.log(`  ${l.item.padEnd(80)} $${l.monthly.toFixed(4)}`);
+  console.log(`  total: $${total(pushed).toFixed(3)}`);
   const idle = idleCost(t);
   for (const n of [1_000, 100_000]) {
     console.log(

@@ -11,6 +11,7 @@ import { allowPrivateForges } from './forge/client.ts';
 import { IdleGate } from './idle/gate.ts';
 import type { WebhookIntake } from './idle/intake.ts';
 import { log } from './log.ts';
+import type { Pickup } from './pickup/index.ts';
 import { type Keyring, parseKeyring } from './secrets.ts';
 import type { BlobStore } from './storage/store.ts';
 
@@ -31,6 +32,11 @@ export interface AppContext {
   intake?: WebhookIntake;
   /** Where artifacts and caches are kept; unset: lib/app/artifacts.ts builds it from the configuration. */
   storage?: BlobStore;
+  /**
+   * Wake-ups for waiting claims (lib/pickup/): the local stack's LISTEN/NOTIFY
+   * channel. Unset (Lambda): a claim never waits, runners poll.
+   */
+  pickup?: Pickup;
 }
 
 let current: Promise<AppContext> | undefined;

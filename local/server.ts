@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Context } from 'aws-lambda';
-import type { HttpEvent, HttpResult } from '../lib/http/index.ts';
+import { type HttpEvent, type HttpResult, withClientGone } from '../lib/http/index.ts';
 import { type FunctionName, matchRoute } from '../lib/http/routes.ts';
 import { log } from '../lib/log.ts';
 
@@ -166,7 +166,16 @@ export function createLocalServer(handlers: Handlers, opts: { blobs?: BlobRoute 
       const event = toEvent(req, body, requestId);
       const match = matchRoute(event.requestContext.http.method, event.rawPath);
       const fn: FunctionName = match?.route.fn ?? 'api';
-      const result = await handlers[fn](event, lambdaContext(fn, requestId));
+      // The client hanging up mid-request (a runner ending its long poll).
+      const gone = new AbortController();
+      const onClose = () => {
+        if (!res.writableFinished) gone.abort();
+      };
+      res.once('close', onClose);
+      const result = await handlers[fn](
+        event,
+        withClientGone(lambdaContext(fn, requestId), gone.signal),
+      );
       // A server being stopped (closeLocalServer) keeps no connection alive.
       if (!server.listening) res.shouldKeepAlive = false;
       send(res, result);

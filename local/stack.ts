@@ -14,6 +14,7 @@ import { createPool, migrate, type Pool, setPreparedStatements } from '../lib/db
 import { allowPrivateForges } from '../lib/forge/client.ts';
 import { newToken } from '../lib/http/auth.ts';
 import { log } from '../lib/log.ts';
+import { PostgresPickup } from '../lib/pickup/index.ts';
 import { generateKey, parseKeyring } from '../lib/secrets.ts';
 import { BLOB_PATH, LocalStore } from '../lib/storage/index.ts';
 import { startEmbeddedPostgres } from './postgres.ts';
@@ -63,7 +64,7 @@ async function loadHandlers(): Promise<Handlers> {
  */
 export async function startLocalStack(
   env: NodeJS.ProcessEnv = process.env,
-  opts: { sweep?: boolean; ephemeral?: boolean } = {},
+  opts: { sweep?: boolean; ephemeral?: boolean; pickup?: boolean } = {},
 ): Promise<LocalStack> {
   const config: Config = loadConfig(env);
   const dataDir = resolve(config.CONDUCTOR_DATA_DIR);
@@ -107,11 +108,20 @@ export async function startLocalStack(
     throw err;
   }
 
+  // Long polls (POST /v1/runner/claim?wait=N) wait on LISTEN/NOTIFY: a
+  // connection of its own, outside the pool, shared by every waiting claim
+  // of this process; other server processes on the database hear it too.
+  const pickup =
+    opts.pickup === false
+      ? undefined
+      : new PostgresPickup({ url: databaseUrl, notifyVia: (sql) => pool.query(sql) });
+  await pickup?.start();
   const context: AppContext = {
     config,
     pool,
     keyring: parseKeyring(secretKey),
     adminToken,
+    ...(pickup ? { pickup } : {}),
   };
   context.dispatchCompile = inProcessDispatcher(() => context);
   setContext(context);
@@ -152,6 +162,8 @@ export async function startLocalStack(
     database,
     async stop() {
       if (timer) clearInterval(timer);
+      // Waiting long polls end (answered 204) before the server closes.
+      await pickup?.close();
       await closeLocalServer(server);
       await sweeping;
       // Let in-process compiles started by the last requests finish.

@@ -35,6 +35,9 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
   --default-image IMG  the image of tasks that name none, with --executor docker
                        (default debian:bookworm-slim)
   --poll-max-s N       the longest wait between claims when idle (default 10)
+  --claim-wait-s N     how long one claim waits for a task where the control
+                       plane offers it (a long poll; default 25, at most 25;
+                       0 polls only)
   --grace-s N          on SIGTERM, how long running tasks may finish before
                        they are given back (default 30)
   --kill-grace-s N     between SIGTERM and SIGKILL when a script is stopped (default 5)
@@ -81,6 +84,12 @@ export const RunnerArgsSchema = z.object({
     .default('shell'),
   'default-image': z.string().min(1).optional(),
   'poll-max-s': seconds('poll-max-s', 0.1).default(10),
+  'claim-wait-s': z.coerce
+    .number({ error: '--claim-wait-s must be a number' })
+    .int('--claim-wait-s must be a whole number')
+    .min(0, '--claim-wait-s must be at least 0')
+    .max(25, '--claim-wait-s must be at most 25')
+    .default(25),
   'grace-s': seconds('grace-s', 0).default(30),
   'kill-grace-s': seconds('kill-grace-s', 0).default(5),
   'http-timeout-s': seconds('http-timeout-s', 1).default(30),
@@ -112,6 +121,7 @@ export async function parseRunnerArgs(
       executor: { type: 'string' },
       'default-image': { type: 'string' },
       'poll-max-s': { type: 'string' },
+      'claim-wait-s': { type: 'string' },
       'grace-s': { type: 'string' },
       'kill-grace-s': { type: 'string' },
       'http-timeout-s': { type: 'string' },
@@ -155,6 +165,7 @@ export async function parseRunnerArgs(
     executor: a.executor,
     ...(a['default-image'] ? { defaultImage: a['default-image'] } : {}),
     pollMaxMs: a['poll-max-s'] * 1000,
+    claimWaitS: a['claim-wait-s'],
     graceMs: a['grace-s'] * 1000,
     killGraceMs: a['kill-grace-s'] * 1000,
     httpTimeoutMs: a['http-timeout-s'] * 1000,

@@ -99,6 +99,16 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/** A claim's options: a call's, and the long poll's wait. */
+export interface ClaimOptions extends CallOptions {
+  /**
+   * Asks the control plane to wait up to this many seconds for a task
+   * (`?wait=N`); the call's timeout grows by as much. One that offers no
+   * long poll answers at once.
+   */
+  waitS?: number;
+}
+
 export interface Answer {
   status: number;
   body: unknown;
@@ -133,9 +143,14 @@ export class RunnerClient {
    */
   async claim(
     labels: string[] | undefined,
-    opts: CallOptions = {},
+    opts: ClaimOptions = {},
   ): Promise<{ task: Task; serverTime: number | undefined } | null> {
-    const answer = await this.post('/v1/runner/claim', labels ? { labels } : {}, opts);
+    const { waitS = 0, ...call } = opts;
+    const answer = await this.post(
+      waitS > 0 ? `/v1/runner/claim?wait=${waitS}` : '/v1/runner/claim',
+      labels ? { labels } : {},
+      waitS > 0 ? { ...call, timeoutMs: (call.timeoutMs ?? this.timeoutMs) + waitS * 1000 } : call,
+    );
     if (answer.status === 204) return null;
     const raw = ClaimAnswerSchema.safeParse(answer.body);
     const parsed = TaskSchema.safeParse(raw.success ? raw.data.task : undefined);
@@ -216,6 +231,8 @@ export class RunnerClient {
   }
 
   private async once(path: string, body: unknown, opts: CallOptions): Promise<Answer> {
+    // Messages name the route, not its query (a long poll's `?wait=N`).
+    const route = path.split('?')[0]!;
     const timeout = AbortSignal.timeout(opts.timeoutMs ?? this.timeoutMs);
     const signal = opts.signal ? AbortSignal.any([timeout, opts.signal]) : timeout;
     let res: Response;
@@ -238,7 +255,7 @@ export class RunnerClient {
       const why = timeout.aborted
         ? `timed out after ${opts.timeoutMs ?? this.timeoutMs} ms`
         : describe(err);
-      throw new ConnectionError(`POST ${path}: ${why}`, { cause: err });
+      throw new ConnectionError(`POST ${route}: ${why}`, { cause: err });
     }
     let parsed: unknown = null;
     if (text) {
@@ -251,7 +268,7 @@ export class RunnerClient {
     if (res.status < 200 || res.status > 299) {
       throw new HttpStatusError(
         'POST',
-        path,
+        route,
         res.status,
         parsed,
         parseRetryAfter(res.headers.get('retry-after')),

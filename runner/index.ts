@@ -76,6 +76,14 @@ export interface RunnerOptions {
   pollMaxMs?: number;
   /** The first wait after a claim that found nothing. Default 500 ms. */
   pollMinMs?: number;
+  /**
+   * How long one claim asks the control plane to wait for a task (a long
+   * poll, `?wait=N`, at most 25 s); 0 only polls. Where the control plane
+   * waits, an empty answer is followed by the next claim at once; where it
+   * answers at once (no channel, or the channel is down), the runner polls
+   * with the backoff above. Default 25 s.
+   */
+  claimWaitS?: number;
   /** How long `stop()` lets running tasks finish before giving them back. Default 30 s. */
   graceMs?: number;
   /** Between SIGTERM and SIGKILL when a script is stopped. Default 5 s. */
@@ -282,6 +290,10 @@ interface Parts {
   log: Logger;
 }
 
+// A long poll answered empty this close to its wait was waited out by the
+// control plane (its clock and ours, and the round trip, differ a little).
+const LONG_POLL_SLACK_MS = 1_000;
+
 class PollingRunner implements Runner {
   readonly done: Promise<void>;
   private readonly active = new Set<TaskRun>();
@@ -345,6 +357,7 @@ class PollingRunner implements Runner {
     // Kept from a claim that got no answer to its repeat: the control plane
     // may have granted the first, and answers the same grant to the same key.
     let claimKey: string | undefined;
+    const waitS = Math.min(25, Math.max(0, Math.floor(this.options.claimWaitS ?? 25)));
     while (!this.stopping && !this.only) {
       if (this.active.size >= concurrency) {
         await new Promise<void>((done) => {
@@ -357,11 +370,22 @@ class PollingRunner implements Runner {
         // No abort signal: a claim the control plane has granted must reach
         // us, or its task waits for its lease to expire.
         claimKey ??= newClaimKey();
-        const claimed = await client.claim(this.options.labels, { idempotencyKey: claimKey });
+        const asked = Date.now();
+        // A long poll is the one claim stop() cuts short: the control plane
+        // stops waiting when the runner hangs up, and gives back a claim it
+        // made meanwhile.
+        const claimed = await client.claim(this.options.labels, {
+          idempotencyKey: claimKey,
+          ...(waitS > 0 ? { waitS, signal: this.idle.signal } : {}),
+        });
         claimKey = undefined;
         if (failing > 0) log('info', 'the control plane answers again', { failures: failing });
         failing = 0;
         if (!claimed) {
+          // The control plane waited out the long poll: ask again at once.
+          // It answered sooner: it offers no wait (or its channel is down),
+          // so poll with the backoff.
+          if (waitS > 0 && Date.now() - asked >= waitS * 1000 - LONG_POLL_SLACK_MS) continue;
           await pause(backoff.next(), this.idle.signal);
           continue;
         }
@@ -370,6 +394,8 @@ class PollingRunner implements Runner {
         if (this.options.once) this.only = run;
         this.start(run);
       } catch (err) {
+        // A long poll cut short by stop().
+        if (this.stopping && !(err instanceof MalformedTaskError)) break;
         if (err instanceof MalformedTaskError) {
           // Answered (a 200): the next claim is a new one.
           claimKey = undefined;

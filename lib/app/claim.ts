@@ -13,6 +13,7 @@ import { CLAIMED_COLUMNS, type ClaimedTask, releaseClaim } from '../scheduler/in
 import { followUpAfterCommit } from '../scheduler/progress.ts';
 import { WORKER_BY_TOKEN } from '../scheduler/worker-token.ts';
 import { type Keyring, SecretDecryptError } from '../secrets.ts';
+import { claimWithin, tasksClaimable } from './pickup.ts';
 import { forgeToken, secretValues } from './projects.ts';
 
 export interface Assignment {
@@ -66,6 +67,12 @@ export interface ClaimRequest {
    * runner, and is given back.
    */
   signal?: AbortSignal;
+  /**
+   * A long poll: while nothing is claimable, wait up to this many seconds
+   * (at most 25) for a wake-up and claim again (lib/app/pickup.ts). Only
+   * where a pickup channel is configured; elsewhere the claim answers at once.
+   */
+  waitS?: number;
 }
 
 function unknownLabels(labels: string[] | undefined, registered: string[]): ValidationError | null {
@@ -234,16 +241,26 @@ export async function claimForRunner(
   labels: string[] | undefined,
   request: ClaimRequest = {},
 ): Promise<Assignment | null> {
-  if ((await answerFromClosedGate(ctx, tokenHash, labels)) === null) return null;
-  const answer = await claimForToken(
-    ctx.pool,
-    ctx.keyring,
-    tokenHash,
-    labels,
-    ctx.config.CONDUCTOR_LEASE_S,
-    request,
-  );
-  return answer.task;
+  return claimWithin(ctx, request.waitS ?? 0, request.signal, async () => {
+    // A closed gate answers without the database while it waits too.
+    if ((await answerFromClosedGate(ctx, tokenHash, labels)) === null) return null;
+    try {
+      const answer = await claimForToken(
+        ctx.pool,
+        ctx.keyring,
+        tokenHash,
+        labels,
+        ctx.config.CONDUCTOR_LEASE_S,
+        request,
+      );
+      return answer.task;
+    } catch (err) {
+      // A claim given back (its reply lost, its answer not assembled) is
+      // queued again: other waiting runners may take it.
+      tasksClaimable(ctx, 'give-back');
+      throw err;
+    }
+  });
 }
 
 /** A claimed task's sealed value (a secret, the forge token) that cannot be opened. */

@@ -35,6 +35,7 @@ import {
 import { noteScheduledJobFailed } from '../schedules/store.ts';
 import type { Keyring } from '../secrets.ts';
 import { decideChanges } from './changes.ts';
+import { tasksClaimable } from './pickup.ts';
 import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
 
@@ -186,6 +187,8 @@ export async function runCompile(
     jobId,
     compile,
   );
+  // Before the status post (a call to the forge): runners start now.
+  if (outcome === 'started') tasksClaimable(ctx, 'compile', jobId);
   await deliverJobStatus(ctx, jobId);
   // A scheduled job whose pipeline is broken: its schedule says so (last_error).
   if (outcome === 'failed') await noteScheduledJobFailed(ctx.pool, jobId);

@@ -11,6 +11,7 @@ import {
   completeTask,
 } from '../scheduler/index.ts';
 import { maskReport } from './logs.ts';
+import { tasksClaimable } from './pickup.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { requireWorkerByHash } from './workers.ts';
 
@@ -58,6 +59,7 @@ export async function completeForToken(
     });
     if (fast.workerId === null) throw workerTokenRequired();
     if (fast.result) {
+      tasksClaimable(ctx, 'completion', fast.result.job_id);
       if (fast.result.job_state) await deliverJobStatus(ctx, fast.result.job_id);
       return { state: fast.result.state, job_state: fast.result.job_state };
     }
@@ -72,6 +74,7 @@ export async function completeForToken(
     { ...report, workerId },
     { successTried: successFirst },
   );
+  tasksClaimable(ctx, 'completion', result.job_id);
   if (result.job_state) await deliverJobStatus(ctx, result.job_id);
   return { state: result.state, job_state: result.job_state };
 }

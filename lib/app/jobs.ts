@@ -29,6 +29,7 @@ import { ADMIN_BEARER } from '../people/sessions.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
 import { getJobOnly, type JobView } from '../scheduler/views.ts';
 import { audit, type Person } from './audit.ts';
+import { tasksClaimable } from './pickup.ts';
 import { branchSource, getProject, getProjectRow } from './projects.ts';
 import { InputValuesSchema } from './schedules.ts';
 import { deliverJobStatus } from './statuses.ts';
@@ -114,6 +115,8 @@ export async function cancelJobNow(
   by: Person = ADMIN_BEARER,
 ): Promise<JobView> {
   await cancelJob(ctx.pool, jobId, 'cancelled through the API');
+  // Its concurrency groups' places are free for other jobs' tasks.
+  tasksClaimable(ctx, 'cancel', jobId);
   await deliverJobStatus(ctx, jobId);
   const view = await getJobOnly(ctx.pool, jobId);
   await audit(ctx.pool, by, {

@@ -7,6 +7,7 @@ import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { scheduleWork } from '../schedules/store.ts';
 import { purgeStorage } from './artifacts.ts';
 import { dispatchCompile } from './dispatch.ts';
+import { tasksClaimable } from './pickup.ts';
 import { type FireSummary, fireDueSchedules } from './schedules.ts';
 import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses.ts';
 
@@ -26,6 +27,19 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     ...opts,
     halt,
   });
+  // Requeued leases, promotions, and anything ended (which frees a
+  // concurrency group's place) may let a waiting runner claim.
+  const freed =
+    repairs.leases_expired +
+    repairs.tasks_requeued +
+    repairs.tasks_promoted +
+    repairs.tasks_failed +
+    repairs.tasks_timed_out +
+    repairs.tasks_queue_timed_out +
+    repairs.tasks_block_timed_out +
+    repairs.tasks_cancelled +
+    repairs.jobs_settled;
+  if (freed > 0) tasksClaimable(ctx, 'sweep');
   const outOfTime = () =>
     halt.signal.aborted || (opts.deadline !== undefined && Date.now() >= opts.deadline);
   const skipped = [...repairs.skipped];

@@ -4,6 +4,7 @@
 import type { AppContext } from '../context.ts';
 import type { JobState } from '../states.ts';
 import { dispatchCompile } from './dispatch.ts';
+import { tasksClaimable } from './pickup.ts';
 import { deliverJobStatus } from './statuses.ts';
 
 /**
@@ -19,6 +20,8 @@ export async function triggerJob(
   cancelled: readonly string[] = [],
 ): Promise<void> {
   if (job.state === 'pending') await dispatchCompile(ctx, job.id);
+  // Superseded jobs cancelled: their concurrency groups' places are free.
+  if (cancelled.length > 0) tasksClaimable(ctx, 'supersede');
   for (const jobId of cancelled) await deliverJobStatus(ctx, jobId);
   if (job.state !== 'pending') await deliverJobStatus(ctx, job.id);
 }

@@ -286,6 +286,23 @@ export function httpMiddleware(opts: {
   };
 }
 
+const CLIENT_GONE = Symbol.for('conductor.clientGone');
+
+/**
+ * Marks a (local) request's context with a signal that aborts when its client
+ * hangs up before the answer: a long poll stops waiting for nobody.
+ */
+export function withClientGone<C extends object>(context: C, signal: AbortSignal): C {
+  Object.defineProperty(context, CLIENT_GONE, { value: signal });
+  return context;
+}
+
+/** The signal withClientGone put on the context; undefined in Lambda. */
+export function clientGone(context: unknown): AbortSignal | undefined {
+  if (typeof context !== 'object' || context === null) return undefined;
+  return (context as { [CLIENT_GONE]?: AbortSignal })[CLIENT_GONE];
+}
+
 /** Wraps a handler main into a Lambda handler for HTTP API events. */
 export function httpFunction(
   main: (event: HttpEvent) => Promise<Reply>,

@@ -10,6 +10,7 @@ import type {
   WebhookLatency,
 } from './conductor.ts';
 import type { PageRender } from './pages.ts';
+import type { PickupLatency } from './pickup.ts';
 import type { ServerCost } from './server.ts';
 import type { Rate } from './util.ts';
 
@@ -41,6 +42,7 @@ export interface Results {
   fan?: CycleResult;
   webhook?: WebhookLatency;
   lostRunner?: LostRunner;
+  pickup?: PickupLatency;
   takeover?: TakeoverCost;
   groups?: GroupCost;
   jobPage?: { matrix: PageRender; layered: PageRender };
@@ -178,6 +180,14 @@ export function targets(r: Results): Target[] {
     measured: page ? `p50 ${f1(page.p50)} ms` : '–',
     met: page ? page.p50 <= 50 : undefined,
   });
+  const pick = r.pickup;
+  out.push({
+    name: `push to task running, runner idle ${pick?.idleS ?? 30} s, long poll: median < 250 ms (issue #52)`,
+    measured: pick
+      ? `p50 ${f0(pick.longPoll.p50)} ms, max ${f0(pick.longPoll.max)} ms (polling: p50 ${f0(pick.polling.p50)} ms)`
+      : '–',
+    met: pick ? pick.longPoll.p50 < 250 : undefined,
+  });
   const errors = r.rows.reduce(
     (n, row) => n + (row.library?.errors ?? 0) + (row.http?.errors ?? 0),
     0,
@@ -284,6 +294,13 @@ export function markdown(r: Results): string {
   if (r.webhook) {
     lines.push(
       `| webhook to first claimable task (${r.webhook.samples} pushes, ${r.webhook.failures} failed) | p50 ${f1(r.webhook.p50)} ms, p99 ${f1(r.webhook.p99)} ms |`,
+    );
+  }
+  if (r.pickup) {
+    const p = r.pickup;
+    lines.push(
+      `| push to task running, runner idle ${p.idleS} s, long poll (\`?wait=25\`), ${p.longPoll.times.length} rounds | median ${f0(p.longPoll.p50)} ms, max ${f0(p.longPoll.max)} ms (queued to claimed: median ${f0(p.longPoll.queuedToClaimed.p50)} ms, max ${f0(p.longPoll.queuedToClaimed.max)} ms) |`,
+      `| the same, the runner polling (backoff 0.5 s doubling to ${p.polling.pollMaxS} s), same rounds | median ${f0(p.polling.p50)} ms, max ${f0(p.polling.max)} ms (queued to claimed: median ${f0(p.polling.queuedToClaimed.p50)} ms) |`,
     );
   }
   if (r.lostRunner) {

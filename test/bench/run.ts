@@ -24,6 +24,7 @@ import {
 } from './conductor.ts';
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';
 import { jobPageRender } from './pages.ts';
+import { pickupLatency } from './pickup.ts';
 import { markdown, type PerConcurrency, type Results, svg, targets } from './report.ts';
 import type { ServerCost } from './server.ts';
 import { progress } from './util.ts';
@@ -47,6 +48,8 @@ const P = quick
       pageSamples: 30,
       // Not the defaults: the quick run cannot wait for a 45-s lease.
       lost: { leaseS: 3, pollMaxS: 1, sweepIntervalS: 2 },
+      // Idle past the polling runner's ceiling (10 s) all the same.
+      pickup: { rounds: 2, idleS: 12 },
       takeover: { rounds: 2, tasks: 3_000, windowMs: 2_000 },
     }
   : {
@@ -67,6 +70,7 @@ const P = quick
       // The defaults: CONDUCTOR_LEASE_S, the runner's --poll-max-s, and the
       // local sweep's CONDUCTOR_SWEEP_INTERVAL_S.
       lost: { leaseS: 45, pollMaxS: 10, sweepIntervalS: 10 },
+      pickup: { rounds: 7, idleS: 30 },
       // Both claims at once, so the machine's drift falls on both (issue
       // #19's bound, 5%, is smaller than that drift between measurements).
       takeover: { rounds: 8, tasks: 8_000, windowMs: 4_000 },
@@ -125,6 +129,7 @@ async function main(): Promise<void> {
     'hist',
     'hook',
     'lost',
+    'pickup',
     'page',
     'graphile',
     'pgboss',
@@ -132,7 +137,7 @@ async function main(): Promise<void> {
     'backlog',
   ];
   for (const db of dbs) await pg.createDatabase(db);
-  for (const db of ['lib', 'floor', 'http', 'hist', 'hook', 'lost', 'page', 'backlog'])
+  for (const db of ['lib', 'floor', 'http', 'hist', 'hook', 'lost', 'pickup', 'page', 'backlog'])
     await migrated(pg.url(db));
   const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
   try {
@@ -275,6 +280,18 @@ async function main(): Promise<void> {
       );
       progress(
         `  takeover ${results.lostRunner.takeoverS.toFixed(1)} s, sweep only ${results.lostRunner.sweepOnlyS.toFixed(1)} s`,
+      );
+    });
+    await step('push to task running, runners idle', async () => {
+      const p = await pickupLatency(
+        pg.url('pickup'),
+        join(work, 'stack'),
+        P.pickup.rounds,
+        P.pickup.idleS,
+      );
+      results.pickup = p;
+      progress(
+        `  long poll p50 ${fmt(p.longPoll.p50)} ms, max ${fmt(p.longPoll.max)} ms; polling p50 ${fmt(p.polling.p50)} ms, max ${fmt(p.polling.max)} ms`,
       );
     });
     await step('job page of 1,000 tasks', async () => {

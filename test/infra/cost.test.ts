@@ -1,6 +1,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { idleCost, PRICES, runnersCost, total, trafficCost } from '../../infra/cost.ts';
+import {
+  idleCost,
+  PRICES,
+  pushChannelCost,
+  runnersCost,
+  total,
+  trafficCost,
+} from '../../infra/cost.ts';
 import { EXISTING_RESOURCES, stubBundles, synth } from './support.ts';
 
 const bundles = stubBundles();
@@ -76,4 +83,17 @@ test('with an existing database and the functions outside any VPC, idle costs ab
 
 test('outsideVpc without an existing database is refused, naming what it needs', () => {
   assert.throws(() => synth(bundles, { outsideVpc: true }), /outsideVpc needs an existingDatabase/);
+});
+
+test('an idle runner on the push channel costs at most $0.10 a month, less than one polling', (t) => {
+  const pushed = pushChannelCost();
+  for (const l of pushed) t.diagnostic(`${l.item}: $${l.monthly.toFixed(4)}`);
+  const perRunner = total(pushed);
+  t.diagnostic(`push channel: $${perRunner.toFixed(3)} a runner a month`);
+  assert.ok(perRunner <= 0.1, `$${perRunner.toFixed(3)} a runner`);
+  const polling = total(runnersCost(synth(bundles).json, 1));
+  assert.ok(perRunner < polling, `pushed $${perRunner.toFixed(3)}, polling $${polling.toFixed(3)}`);
+  // A long poll instead would keep a 512 MB claim Lambda running for the runner.
+  const longPoll = PRICES.hoursPerMonth * 3600 * 0.5 * PRICES.lambdaArmGbSecond;
+  assert.ok(longPoll > 100 * perRunner, `long poll $${longPoll.toFixed(2)}`);
 });

@@ -21,7 +21,7 @@ test('a claim whose reply is lost after the control plane granted it is repeated
   );
   let lost = false;
   const proxy = await startHttpProxy(stack.url, (req, status) => {
-    if (req.path !== CLAIM || status !== 200 || lost) return undefined;
+    if (req.path.split('?')[0] !== CLAIM || status !== 200 || lost) return undefined;
     lost = true;
     return 'drop';
   });
@@ -38,7 +38,7 @@ test('a claim whose reply is lost after the control plane granted it is repeated
 
   // The claim after the repeat is a new one.
   const claims = await waitFor('two claims after the lost one', () => {
-    const c = proxy.passed.filter((p) => p.path === CLAIM);
+    const c = proxy.passed.filter((p) => p.path.split('?')[0] === CLAIM);
     const i = c.findIndex((p) => p.dropped);
     return i >= 0 && c.length >= i + 3 ? { c, i } : undefined;
   });
@@ -59,7 +59,7 @@ test('a claim whose reply is lost after the control plane granted it is repeated
 test("a claim answered 503 is repeated with the same key after the Retry-After it asks for, held within the runner's backoff", async () => {
   const f = await Fixture.create(stack, 'busy-claim', "  one:\n    script: ['true']\n");
   const proxy = await startHttpProxy(stack.url, (req, status) =>
-    req.path === CLAIM && req.index === 0 && status === undefined
+    req.path.split('?')[0] === CLAIM && req.index === 0 && status === undefined
       ? { status: 503, headers: { 'retry-after': '2' } }
       : undefined,
   );
@@ -67,7 +67,7 @@ test("a claim answered 503 is repeated with the same key after the Retry-After i
   // Without Retry-After the next claim would follow within the first backoff (0.1 s).
   await f.runner({ url: proxy.url, pollMinMs: 100, pollMaxMs: 5_000 });
   assert.equal((await f.finished(jobId)).tasks[0]!.state, 'success');
-  const [refused, repeat] = proxy.passed.filter((p) => p.path === CLAIM);
+  const [refused, repeat] = proxy.passed.filter((p) => p.path.split('?')[0] === CLAIM);
   assert.equal(refused!.status, 0, 'answered by the proxy');
   assert.equal(repeat!.key, refused!.key);
   assert.ok(repeat!.at - refused!.at >= 2_000, `${repeat!.at - refused!.at} ms`);
@@ -114,7 +114,7 @@ test('a runner started with --untrusted gives a trusted task back without runnin
   // claim's answer says so on its way to the runner.
   const saysUntrusted: typeof fetch = async (input, init) => {
     const res = await fetch(input, init);
-    if (!String(input).endsWith(CLAIM) || res.status !== 200) return res;
+    if (!new URL(String(input)).pathname.endsWith(CLAIM) || res.status !== 200) return res;
     const body = (await res.json()) as { task: { trusted?: boolean } };
     body.task.trusted = false;
     return new Response(JSON.stringify(body), { status: 200, headers: res.headers });

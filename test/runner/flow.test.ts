@@ -230,7 +230,7 @@ test('secret values, the clone token and its Authorization header are masked by 
     fetch: async (input, init) => {
       if (String(input).endsWith('/logs')) sent.push(String(init?.body));
       const res = await fetch(input, init);
-      if (!String(input).endsWith('/claim') || res.status !== 200) return res;
+      if (!new URL(String(input)).pathname.endsWith('/claim') || res.status !== 200) return res;
       // A trusted task of a project with a forge token carries a clone token.
       const answer = (await res.json()) as { task: { repo: { token?: string } } };
       answer.task.repo.token = cloneToken;

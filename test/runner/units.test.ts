@@ -521,6 +521,8 @@ test('the command line becomes runner options; a bad value is named', async () =
         '3',
         '--poll-max-s',
         '2',
+        '--claim-wait-s',
+        '5',
       ],
       env,
     ),
@@ -531,6 +533,7 @@ test('the command line becomes runner options; a bad value is named', async () =
       concurrency: 3,
       executor: 'shell',
       pollMaxMs: 2000,
+      claimWaitS: 5,
       graceMs: 30_000,
       killGraceMs: 5000,
       httpTimeoutMs: 30_000,
@@ -539,6 +542,8 @@ test('the command line becomes runner options; a bad value is named', async () =
   const parse = (...argv: string[]) => parseRunnerArgs(['--url', 'http://cp', ...argv], env);
   await assert.rejects(parse('--executor', 'vm'), /--executor must be shell or docker/);
   await assert.rejects(parse('--concurrency', '0'), /--concurrency must be at least 1/);
+  await assert.rejects(parse('--claim-wait-s', '26'), /--claim-wait-s must be at most 25/);
+  assert.equal((await parse()).claimWaitS, 25, 'a long poll of 25 s by default');
   await assert.rejects(parseRunnerArgs([], env), /--url .* is required/);
   await assert.rejects(parseRunnerArgs(['--bogus'], env), /Unknown option '--bogus'/);
 });
