@@ -5,6 +5,7 @@
 // with what to run.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { waitFor } from '../runner/support.ts';
 
 const exec = promisify(execFile);
 
@@ -91,4 +92,20 @@ export async function labelled(taskId: string): Promise<string[]> {
   )
     .split('\n')
     .filter(Boolean);
+}
+
+/** Waits until the engine shows nothing of these tasks (removal comes after the report). */
+export async function nothingLeft(...taskIds: string[]): Promise<void> {
+  for (const id of taskIds) {
+    await waitFor(
+      `nothing of task ${id} in docker ps -a or docker network ls`,
+      async () => {
+        const left = await traces(id);
+        return left.containers.length + left.networks.length === 0 ? true : undefined;
+      },
+      20_000,
+    ).catch(async (err) => {
+      throw new Error(`${err.message}: ${JSON.stringify(await traces(id))}`);
+    });
+  }
 }

@@ -7,28 +7,12 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { before, test } from 'node:test';
-import { BUSYBOX, requireEngine, traces, userImage, WEBSVC } from '../helpers/docker.ts';
+import { BUSYBOX, nothingLeft, requireEngine, userImage, WEBSVC } from '../helpers/docker.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, waitFor } from './support.ts';
 
 const stack = await testStack(import.meta.filename, { CONDUCTOR_LEASE_S: '5' });
 before(requireEngine);
-
-/** Waits until the engine shows nothing of these tasks (removal comes after the report). */
-async function nothingLeft(taskIds: string[]): Promise<void> {
-  for (const id of taskIds) {
-    await waitFor(
-      `nothing of task ${id} in docker ps -a or docker network ls`,
-      async () => {
-        const left = await traces(id);
-        return left.containers.length + left.networks.length === 0 ? true : undefined;
-      },
-      20_000,
-    ).catch(async (err) => {
-      throw new Error(`${err.message}: ${JSON.stringify(await traces(id))}`);
-    });
-  }
-}
 
 test('a task runs in its image on the checkout at /workspace, its log arrives while it runs, its outputs reach a dependent, and nothing of it is left', async () => {
   const f = await Fixture.create(
@@ -71,7 +55,7 @@ test('a task runs in its image on the checkout at /workspace, its log arrives wh
   const log = await f.log(build.id);
   assert.match(log, /^\+ cat hello.txt\nhello from the repository\n\+ pwd\n\/workspace\n/m);
   assert.match(await f.log(byName.use!.id), /^got \[hello from the repository from build\]$/m);
-  await nothingLeft([byName.build!.id, byName.use!.id]);
+  await nothingLeft(byName.build!.id, byName.use!.id);
 });
 
 test("a script that exits 125 is the script's failure, reported once with its line, not Docker's", async () => {
@@ -98,7 +82,7 @@ test("a script that exits 125 is the script's failure, reported once with its li
     },
   );
   assert.doesNotMatch(await f.log(task.id), /executor failed/);
-  await nothingLeft([task.id]);
+  await nothingLeft(task.id);
 });
 
 test("an image whose USER is not root gets the task's environment and secrets, and may write the workspace and its outputs", async () => {
@@ -130,7 +114,7 @@ test("an image whose USER is not root gets the task's environment and secrets, a
   assert.match(log, /^uid 1000, CI=true, hi, task build$/m);
   assert.match(log, /^the key is \*\*\*$/m);
   assert.match(log, /^built$/m);
-  await nothingLeft([task.id]);
+  await nothingLeft(task.id);
 });
 
 test('services are reached by name once healthy, with their own command and entrypoint, and their logs close the task log', async () => {
@@ -170,7 +154,7 @@ test('services are reached by name once healthy, with their own command and entr
   assert.ok(web.length < log.length, log);
   assert.match(web, /^\[[^\]]*172\.[0-9.]+\]:\d+: url:\/$/m);
   assert.ok(log.includes(`--- service alt (${WEBSVC}) ---\n`), log);
-  await nothingLeft([task.id]);
+  await nothingLeft(task.id);
 });
 
 test('a service whose health command keeps failing fails its task, and one that exits at once fails it at once with what it printed', async () => {
@@ -227,5 +211,5 @@ test('a service whose health command keeps failing fails its task, and one that 
     assert.ok(log.includes(`[conductor] ${task.error}\n`), log);
   }
   assert.match(await f.log(exits.id), /^--- service once .*---\nbye from the service$/m);
-  await nothingLeft([unhealthy.id, exits.id]);
+  await nothingLeft(unhealthy.id, exits.id);
 });
