@@ -26,7 +26,7 @@ test('a task runs in its image on the checkout at /workspace, its log arrives wh
       - pwd
       - if command -v bash || command -v git; then exit 9; fi
       - echo half-way
-      - sleep 2
+      - sleep 4
       - echo "greeting=$(cat hello.txt) from $CONDUCTOR_TASK_NAME" >> "$CONDUCTOR_OUTPUT"
   use:
     image: ${BUSYBOX}
@@ -45,7 +45,7 @@ test('a task runs in its image on the checkout at /workspace, its log arrives wh
     if (task.state !== 'running') throw new Error(`the task is ${task.state} already`);
     return log.includes('\nhalf-way\n') ? true : undefined;
   });
-  const view = await f.finished(jobId);
+  const view = await f.finished(jobId, 60_000);
   const byName = Object.fromEntries(view.tasks.map((t) => [t.name, t]));
   assert.equal(byName.build!.state, 'success', byName.build!.error ?? '');
   assert.deepEqual(byName.build!.outputs, {
@@ -71,7 +71,7 @@ test("a script that exits 125 is the script's failure, reported once with its li
   );
   await f.runner({ executor: 'docker' });
   const jobId = await f.trigger();
-  const task = (await f.finished(jobId)).tasks[0]!;
+  const task = (await f.finished(jobId, 60_000)).tasks[0]!;
   assert.deepEqual(
     { state: task.state, attempt: task.attempt, exit_code: task.exit_code, error: task.error },
     {
@@ -107,7 +107,7 @@ test("an image whose USER is not root gets the task's environment and secrets, a
   );
   await f.runner({ executor: 'docker' });
   const jobId = await f.trigger();
-  const task = (await f.finished(jobId)).tasks[0]!;
+  const task = (await f.finished(jobId, 60_000)).tasks[0]!;
   assert.equal(task.state, 'success', `${task.error}\n${await f.log(task.id)}`);
   assert.deepEqual(task.outputs, { owner: '1000' });
   const log = await f.log(task.id);
@@ -140,7 +140,7 @@ test('services are reached by name once healthy, with their own command and entr
   );
   await f.runner({ executor: 'docker' });
   const jobId = await f.trigger();
-  const task = (await f.finished(jobId)).tasks[0]!;
+  const task = (await f.finished(jobId, 60_000)).tasks[0]!;
   const log = await f.log(task.id);
   assert.equal(task.state, 'success', `${task.error}\n${log}`);
   assert.match(log, /^\[conductor\] the service web is healthy$/m);
@@ -152,7 +152,7 @@ test('services are reached by name once healthy, with their own command and entr
   // busybox httpd -vv logs each request: the script's, from another address than the health checks'.
   const web = log.slice(log.indexOf(`--- service web (${WEBSVC}) ---\n`));
   assert.ok(web.length < log.length, log);
-  assert.match(web, /^\[[^\]]*172\.[0-9.]+\]:\d+: url:\/$/m);
+  assert.match(web, /^\[::ffff:(?!127\.)[0-9.]+\]:\d+: url:\/$/m);
   assert.ok(log.includes(`--- service alt (${WEBSVC}) ---\n`), log);
   await nothingLeft(task.id);
 });
@@ -185,7 +185,7 @@ test('a service whose health command keeps failing fails its task, and one that 
   await f.runner({ executor: 'docker', concurrency: 2 });
   const jobId = await f.trigger();
   // Well within the 1h health timeout.
-  const view = await f.finished(jobId, 40_000);
+  const view = await f.finished(jobId, 60_000);
   const byName = Object.fromEntries(view.tasks.map((t) => [t.name, t]));
   const unhealthy = byName.unhealthy!;
   assert.deepEqual(

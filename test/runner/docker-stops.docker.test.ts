@@ -75,7 +75,7 @@ test("a task past its timeout is stopped (its script ignoring SIGTERM) and repor
       }
       return v;
     },
-    40_000,
+    60_000,
   );
   const task = view.tasks[0]!;
   assert.equal(task.state, 'failed');
