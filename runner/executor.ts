@@ -5,8 +5,9 @@ import { exportFile, taskVariables } from './env.ts';
 import { type Exit, run, spawnGroup } from './process.ts';
 import type { Task } from './protocol.ts';
 import { chownTree, type RunAs } from './runas.ts';
-import { wrapperScript } from './script.ts';
+import { ENV_FAILED_STATUS, wrapperScript } from './script.ts';
 import { TaskServices } from './services.ts';
+import { readTaskFile } from './taskfile.ts';
 
 export type ExecutorKind = 'shell' | 'docker';
 
@@ -34,8 +35,12 @@ export interface Execution {
   readonly lineFile: string;
   /** Stops the script and everything it started: SIGTERM, then SIGKILL after `graceMs`. */
   stop(graceMs: number): void;
-  /** True when the exit status says the executor itself failed (not the script). */
-  infrastructureFailure(exit: Exit): boolean;
+  /**
+   * Why the script never ran, when the exit says so (the executor failed, or
+   * the script could not be given its environment); undefined when the
+   * status is the script's. `transient`: another attempt may do better.
+   */
+  notStarted(exit: Exit): Promise<{ error: string; transient: boolean } | undefined>;
 }
 
 export interface Executor {
@@ -97,7 +102,7 @@ export function shellExecutor(opts: { env: Record<string, string>; runAs?: RunAs
         outputFile,
         lineFile,
         stop: (graceMs) => group.kill(graceMs),
-        infrastructureFailure: () => false,
+        notStarted: async () => undefined,
       };
     },
     async remove(taskDir) {
@@ -144,6 +149,18 @@ export interface DockerRun {
   metaDir: string;
   /** The task's services' network, where the script reaches them by name. */
   network?: string;
+  /** `--label` arguments (dockerLabels): how a later runner finds the container if this one is killed. */
+  labels?: string[];
+}
+
+/** The two bind mounts every container of a task's script gets. */
+function mounts(workspace: string, metaDir: string): string[] {
+  return [
+    '--mount',
+    `type=bind,source=${workspace},target=${CONTAINER_WORKSPACE}`,
+    '--mount',
+    `type=bind,source=${metaDir},target=${CONTAINER_META}`,
+  ];
 }
 
 /**
@@ -153,7 +170,7 @@ export interface DockerRun {
  * entrypoint replaced by a shell that runs the script with bash, or sh where
  * the image has no bash. The environment is not on this command line (where
  * `ps` and `docker inspect` would show the secrets): the script sources it
- * from a file in /conductor and deletes it.
+ * from a file in /conductor and deletes it. The image's USER is kept.
  */
 export function dockerRunArgs(o: DockerRun): string[] {
   const script = `${CONTAINER_META}/script.sh`;
@@ -163,11 +180,9 @@ export function dockerRunArgs(o: DockerRun): string[] {
     '--init',
     '--name',
     o.name,
+    ...(o.labels ?? []),
     ...(o.network ? ['--network', o.network] : []),
-    '--mount',
-    `type=bind,source=${o.workspace},target=${CONTAINER_WORKSPACE}`,
-    '--mount',
-    `type=bind,source=${o.metaDir},target=${CONTAINER_META}`,
+    ...mounts(o.workspace, o.metaDir),
     '--workdir',
     CONTAINER_WORKSPACE,
     '--entrypoint',
@@ -183,20 +198,34 @@ export function containerName(task: Task): string {
   return `conductor-${task.id}-${task.attempt}`.replace(/[^a-zA-Z0-9_.-]/g, '-');
 }
 
+/** A USER that is root: the image's files need no handing over. */
+export function isRootUser(user: string): boolean {
+  return user === '' || /^(root|0)(:|$)/.test(user);
+}
+
 // `docker run` answers 125 when Docker itself failed (the image could not be
-// pulled, the daemon refused): not the script's doing.
+// pulled, the daemon refused), but a script may exit 125 too: the status is
+// Docker's only when the script never started (its line file is still empty).
 const DOCKER_RUN_FAILED = 125;
+// Bounds on the docker calls around a script.
+const PULL_MS = 10 * 60_000;
+const INSPECT_MS = 30_000;
+const HAND_OVER_MS = 120_000;
 
 /**
  * Runs scripts in their task's image (or `defaultImage`) with the docker CLI.
- * Fails when the Docker engine does not answer `docker info`.
+ * Fails when the Docker engine does not answer `docker info`. Every container
+ * and network it makes carries `labels` (dockerLabels), so that a runner
+ * started later on the same work directory can remove what a killed one left.
  */
 export async function dockerExecutor(opts: {
   command?: string;
   defaultImage: string;
   env: Record<string, string>;
+  labels?: (taskId: string) => string[];
 }): Promise<Executor> {
   const docker = opts.command ?? 'docker';
+  const labels = opts.labels ?? ((taskId: string) => ['--label', `conductor.task=${taskId}`]);
   const info = await run(docker, ['info', '--format', '{{.ServerVersion}}'], {
     env: opts.env,
     timeoutMs: 20_000,
@@ -207,12 +236,32 @@ export async function dockerExecutor(opts: {
       `--executor docker needs a Docker engine, but \`${docker} info\` failed: ${said.slice(0, 300)}`,
     );
   }
+  const call = (args: string[], timeoutMs: number) =>
+    run(docker, args, { env: opts.env, timeoutMs });
+
+  /** The image's USER, pulling the image first when it is not here; undefined when Docker cannot say. */
+  async function imageUser(image: string): Promise<string | undefined> {
+    const inspect = () =>
+      call(['image', 'inspect', '--format', '{{.Config.User}}', '--', image], INSPECT_MS);
+    let found = await inspect();
+    if (found.code !== 0) {
+      // Pulled as `docker run` would; when that fails, `docker run` says why.
+      const pulled = await call(['pull', '--quiet', '--', image], PULL_MS);
+      if (pulled.code !== 0) return undefined;
+      found = await inspect();
+      if (found.code !== 0) return undefined;
+    }
+    return found.output.trim();
+  }
+
   return {
     kind: 'docker',
     async start(job) {
       const outputFile = join(job.metaDir, 'output');
       const lineFile = join(job.metaDir, 'line');
       const envFile = join(job.metaDir, 'env.sh');
+      const image = job.task.image ?? opts.defaultImage;
+      const taskLabels = labels(job.task.id);
       await writeFile(outputFile, '');
       await writeFile(envFile, '', { mode: 0o600 });
       await chmod(envFile, 0o600);
@@ -228,14 +277,49 @@ export async function dockerExecutor(opts: {
           lineFile: `${CONTAINER_META}/line`,
         }),
       );
+      const user = await imageUser(image);
+      if (user !== undefined && !isRootUser(user)) {
+        // The image runs as another user than root (node's images, CI images):
+        // the checkout and the runner's files (the environment file, 0600) are
+        // handed to it, by a container of the same image as root, so that a
+        // user name resolves as the image knows it. The task's directory on the
+        // host stays the runner's (0700).
+        const handed = await call(
+          [
+            'run',
+            '--rm',
+            ...taskLabels,
+            '--network',
+            'none',
+            '--user',
+            '0:0',
+            ...mounts(job.workspace, job.metaDir),
+            '--entrypoint',
+            'chown',
+            image,
+            '-R',
+            '-h',
+            user,
+            CONTAINER_WORKSPACE,
+            CONTAINER_META,
+          ],
+          HAND_OVER_MS,
+        );
+        if (handed.code !== 0) {
+          throw new Error(
+            `could not hand the workspace to the image's user ${user} (chown in ${image}): ${handed.output.trim().slice(-300) || `docker exited with ${handed.code}`}`,
+          );
+        }
+      }
       const name = containerName(job.task);
       const group = spawnGroup(
         docker,
         dockerRunArgs({
           name,
-          image: job.task.image ?? opts.defaultImage,
+          image,
           workspace: job.workspace,
           metaDir: job.metaDir,
+          labels: taskLabels,
           ...(job.network ? { network: job.network } : {}),
         }),
         { env: opts.env, onOutput: job.onOutput, onPaused: job.onPaused },
@@ -252,7 +336,20 @@ export async function dockerExecutor(opts: {
           });
           group.kill(graceMs + 5_000);
         },
-        infrastructureFailure: (exit) => exit.code === DOCKER_RUN_FAILED,
+        async notStarted(exit) {
+          if (exit.code !== DOCKER_RUN_FAILED && exit.code !== ENV_FAILED_STATUS) return undefined;
+          // The script's EXIT trap writes the line file: once it holds
+          // anything, the status is the script's, whatever it is.
+          const line = await readTaskFile(lineFile, 'the line file', 1024, '').catch(() => 'x');
+          if (line.trim() !== '') return undefined;
+          if (exit.code === ENV_FAILED_STATUS) {
+            return {
+              error: `the script did not start: the task's environment (${CONTAINER_META}/env.sh) could not be read in the container${user && !isRootUser(user) ? ` as the image's user ${user}` : ''}`,
+              transient: false,
+            };
+          }
+          return { error: `the executor failed (exit code ${exit.code})`, transient: true };
+        },
       };
     },
     remove: removeAll,
@@ -261,6 +358,7 @@ export async function dockerExecutor(opts: {
         command: docker,
         env: opts.env,
         scriptContainer: containerName(task),
+        labels: labels(task.id),
       }),
   };
 }

@@ -18,6 +18,7 @@ import {
 import { scriptEnvironment, toolEnvironment } from './env.ts';
 import type { Logger, RunnerEvent } from './events.ts';
 import { dockerExecutor, type Executor, type ExecutorKind, shellExecutor } from './executor.ts';
+import { Leftovers } from './leftovers.ts';
 import { BUILD_USER, ensureUser, type RunAs, resolveRunAs } from './runas.ts';
 import { TaskRun } from './task.ts';
 import { TOKEN_VARIABLE } from './token.ts';
@@ -233,17 +234,31 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
       label: `the build user ${name} (a root runner's scripts run as it; --run-as USER or --same-user to change that)`,
     });
   }
-  const executor: Executor =
-    options.executor === 'docker'
-      ? await dockerExecutor({
-          defaultImage: options.defaultImage ?? 'debian:bookworm-slim',
-          env: toolEnv,
-          ...(options.dockerCommand ? { command: options.dockerCommand } : {}),
-        })
-      : shellExecutor({
-          env: scriptEnvironment(env, runAs ?? currentUser(env), hidden),
-          ...(runAs ? { runAs } : {}),
-        });
+  let leftovers: Leftovers | undefined;
+  if (options.executor === 'docker') {
+    leftovers = new Leftovers(
+      workdir,
+      { command: options.dockerCommand ?? 'docker', env: toolEnv },
+      log,
+    );
+  }
+  const executor: Executor = leftovers
+    ? await dockerExecutor({
+        defaultImage: options.defaultImage ?? 'debian:bookworm-slim',
+        env: toolEnv,
+        labels: (taskId) => leftovers.labels(taskId),
+        ...(options.dockerCommand ? { command: options.dockerCommand } : {}),
+      })
+    : shellExecutor({
+        env: scriptEnvironment(env, runAs ?? currentUser(env), hidden),
+        ...(runAs ? { runAs } : {}),
+      });
+  if (leftovers) {
+    // Before the first claim: what a killed runner left may hold names and
+    // addresses the new tasks need.
+    await leftovers.removeDead();
+    await leftovers.register();
+  }
 
   const runner = new PollingRunner(options, {
     client: new RunnerClient({
@@ -257,6 +272,7 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     toolEnv,
     concurrency,
     log,
+    ...(leftovers ? { leftovers } : {}),
   });
   log('info', 'runner started', {
     version: RUNNER_VERSION,
@@ -288,6 +304,8 @@ interface Parts {
   toolEnv: Record<string, string>;
   concurrency: number;
   log: Logger;
+  /** The docker executor's record in the work directory, dropped when the runner stops. */
+  leftovers?: Leftovers;
 }
 
 // A long poll answered empty this close to its wait was waited out by the
@@ -420,6 +438,7 @@ class PollingRunner implements Runner {
     }
     while (this.active.size > 0) await Promise.race([...this.active].map((r) => r.done));
     clearTimeout(this.graceTimer);
+    await this.parts.leftovers?.unregister().catch(() => {});
     if (this.only && !this.only.reported && !this.fatal) {
       this.fatal = new Error(
         `the outcome of task ${this.only.task.id} could not be reported to the control plane`,

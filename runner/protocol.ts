@@ -12,6 +12,10 @@ export const ServiceSchema = z.object({
   ports: z.array(z.number().int()).default([]),
   health: z.string().nullable().default(null),
   health_timeout_s: z.number().positive().default(60),
+  /** Replaces the image's CMD; null keeps it. */
+  command: z.array(z.string()).nullable().default(null),
+  /** Replaces the image's ENTRYPOINT (the first word the program); null keeps it, [] clears it. */
+  entrypoint: z.array(z.string()).nullable().default(null),
 });
 export type Service = z.infer<typeof ServiceSchema>;
 

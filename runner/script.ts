@@ -12,6 +12,13 @@
 // script's own lines.
 import { shellQuote } from './env.ts';
 
+/**
+ * The status the script exits with when it cannot read its environment file
+ * (EX_CONFIG): the executor tells it from the script's own by the line file,
+ * which nothing has written yet.
+ */
+export const ENV_FAILED_STATUS = 78;
+
 export interface WrapperOptions {
   /** A file of exports to source first, then delete (the docker executor's environment). */
   envFile?: string;
@@ -69,7 +76,14 @@ export function wrapperScript(entries: string[], opts: WrapperOptions): string {
     'exec 2>&1',
   ];
   if (opts.envFile) {
-    out.push(`. ${shellQuote(opts.envFile)}`, `rm -f ${shellQuote(opts.envFile)}`);
+    // Without it the script would run without CI, CONDUCTOR_* and its secrets
+    // (bash goes on past a `.` that fails): it does not run at all.
+    const file = shellQuote(opts.envFile);
+    out.push(
+      `if [ ! -r ${file} ]; then echo "[conductor] the task's environment "${file}" cannot be read by the container's user (uid $(id -u 2>/dev/null || echo unknown)): the script does not run without it"; exit ${ENV_FAILED_STATUS}; fi`,
+      `. ${file}`,
+      `rm -f ${file}`,
+    );
   }
   if (opts.cwd) {
     // OLDPWD would point `cd -` at the runner's own directory.

@@ -15,6 +15,8 @@ export interface ServiceDocker {
   env: Record<string, string>;
   /** The script's container, removed with the services in case its `--rm` has not finished. */
   scriptContainer?: string;
+  /** `--label` arguments for the network and every container; default conductor.task alone. */
+  labels?: string[];
 }
 
 /** Why the services could not be made ready; `transient` when Docker itself failed. */
@@ -59,7 +61,11 @@ export function serviceRunArgs(o: {
   network: string;
   taskId: string;
   service: Service;
+  labels?: string[];
 }): string[] {
+  // As in GitLab: `entrypoint` replaces the image's (its first word the
+  // program, the rest its first arguments), `command` its CMD.
+  const [program, ...entryArgs] = o.service.entrypoint ?? [];
   return [
     'run',
     '--detach',
@@ -69,11 +75,13 @@ export function serviceRunArgs(o: {
     o.network,
     '--network-alias',
     o.service.name,
-    // Leftovers of a runner killed with SIGKILL can be found by this label.
-    '--label',
-    `conductor.task=${o.taskId}`,
+    // Leftovers of a runner killed with SIGKILL can be found by these labels.
+    ...(o.labels ?? ['--label', `conductor.task=${o.taskId}`]),
     ...envArgs(o.service.env),
+    ...(o.service.entrypoint ? [`--entrypoint=${program ?? ''}`] : []),
     o.service.image,
+    ...entryArgs,
+    ...(o.service.command ?? []),
   ];
 }
 
@@ -85,6 +93,7 @@ export class TaskServices {
   private networkMade = false;
   /** Every service whose container was asked for, started or not: each is removed. */
   private readonly containers: Array<{ service: Service; container: string }> = [];
+  private readonly labels: string[];
 
   constructor(
     private readonly task: Task,
@@ -94,6 +103,7 @@ export class TaskServices {
     // collides with this attempt's names.
     this.prefix = `conductor-${task.id.replace(/[^a-zA-Z0-9]/g, '').slice(0, 12)}-${randomBytes(3).toString('hex')}`;
     this.network = this.prefix;
+    this.labels = docker.labels ?? ['--label', `conductor.task=${task.id}`];
   }
 
   private docker_(args: string[], timeoutMs: number, signal?: AbortSignal): Promise<RunResult> {
@@ -111,7 +121,7 @@ export class TaskServices {
    */
   async start(signal: AbortSignal, note: (text: string) => void): Promise<void> {
     const made = await this.docker_(
-      ['network', 'create', '--label', `conductor.task=${this.task.id}`, this.network],
+      ['network', 'create', ...this.labels, this.network],
       CREATE_MS,
       signal,
     );
@@ -129,7 +139,13 @@ export class TaskServices {
       this.containers.push({ service, container });
       note(`starting the service ${service.name} (${service.image})`);
       const started = await this.docker_(
-        serviceRunArgs({ container, network: this.network, taskId: this.task.id, service }),
+        serviceRunArgs({
+          container,
+          network: this.network,
+          taskId: this.task.id,
+          service,
+          labels: this.labels,
+        }),
         START_MS,
         signal,
       );
@@ -168,6 +184,16 @@ export class TaskServices {
         note(`the service ${service.name} is healthy`);
         return;
       }
+      // A service that has stopped (a bad command, a missing setting) will
+      // never be healthy: fail now, with what it printed.
+      const exited = await this.exited(container, signal);
+      if (signal.aborted) return;
+      if (exited) {
+        throw new ServiceError(
+          `the service ${service.name} (${service.image}) exited with ${exited.code} before it was healthy${exited.log ? `: ${exited.log}` : ', printing nothing'}`,
+          false,
+        );
+      }
       if (Date.now() + HEALTH_INTERVAL_MS > deadline) break;
       await sleep(HEALTH_INTERVAL_MS, undefined, { signal }).catch(() => undefined);
       if (signal.aborted) return;
@@ -183,6 +209,22 @@ export class TaskServices {
       `the service ${service.name} (${service.image}) was not healthy after ${formatDuration(service.health_timeout_s)}: its health command \`${health}\` last ${how}${said ? `: ${said}` : ', printing nothing'}`,
       false,
     );
+  }
+
+  /** The exit status and last lines of a service's container that has stopped; undefined while it runs. */
+  private async exited(
+    container: string,
+    signal: AbortSignal,
+  ): Promise<{ code: number; log: string } | undefined> {
+    const state = await this.docker_(
+      ['inspect', '--format', '{{.State.Status}} {{.State.ExitCode}}', container],
+      LOGS_MS,
+      signal,
+    );
+    const [status, code] = state.output.trim().split(' ');
+    if (state.code !== 0 || !['exited', 'dead'].includes(status ?? '')) return undefined;
+    const log = await this.docker_(['logs', '--tail', '20', container], LOGS_MS, signal);
+    return { code: Number(code), log: tail(log.output, HEALTH_OUTPUT_CHARS) };
   }
 
   /**

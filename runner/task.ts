@@ -123,6 +123,7 @@ export class TaskRun {
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private timeoutTimer: NodeJS.Timeout | undefined;
   private conflicts = 0;
+  private heartbeating = false;
   private readonly heartbeatBackoff = new Backoff(250, 5_000);
   private readonly ref: TaskRef;
 
@@ -140,7 +141,12 @@ export class TaskRun {
     ]);
     this.logs = new LogStream(
       (offset, data, signal) =>
-        ctx.client.appendLog(task.id, task.lease_id, offset, data, { signal }),
+        ctx.client.appendLog(task.id, task.lease_id, offset, data, { signal }).catch((err) => {
+          // Refused for the lease (no size in the answer): ask about the lease
+          // now rather than retrying until the next heartbeat.
+          if (err instanceof HttpStatusError && err.status === 409) this.heartbeatSoon();
+          throw err;
+        }),
       {
         flushMs: ctx.logFlushMs,
         chunkBytes: ctx.logChunkBytes,
@@ -152,9 +158,19 @@ export class TaskRun {
     this.noteLease(Date.parse(task.lease_expires_at), claimServerTime);
   }
 
-  /** Stops the task for `reason`; the first reason wins. */
+  /**
+   * Stops the task for `reason`; the first reason wins, but for a lost lease:
+   * whatever the task was stopping for, once the attempt is no longer ours
+   * nothing more of it is uploaded or reported.
+   */
   stop(reason: StopReason): void {
-    if (this.finished || this.stopReason) return;
+    if (this.finished || this.stopReason === 'lease-lost') return;
+    if (reason === 'lease-lost' && this.stopReason) {
+      this.stopReason = reason;
+      this.logs.cancel('the lease was lost');
+      return;
+    }
+    if (this.stopReason) return;
     // Once the script is over, only a lost lease changes anything: the rest
     // of the work is reporting what already happened.
     if (this.scriptEnded && reason !== 'lease-lost') return;
@@ -355,11 +371,10 @@ export class TaskRun {
         return { outcome: 'failed', exitCode: 0, transient: false, error: message };
       }
     }
-    if (execution.infrastructureFailure(exit)) {
-      return {
-        ...this.infrastructure(`the executor failed (exit code ${exit.code})`),
-        exitCode: exit.code,
-      };
+    const notStarted = await execution.notStarted(exit);
+    if (notStarted) {
+      this.note(notStarted.error);
+      return { outcome: 'failed', exitCode: exit.code, ...notStarted };
     }
     return {
       outcome: 'failed',
@@ -561,12 +576,28 @@ export class TaskRun {
     return Math.max(100, (this.leaseExpires - Date.now()) / 3);
   }
 
+  /** A heartbeat at once, unless one is on its way. */
+  private heartbeatSoon(): void {
+    if (this.finished || this.heartbeating) return;
+    clearTimeout(this.heartbeatTimer);
+    this.scheduleHeartbeat(0);
+  }
+
   private scheduleHeartbeat(ms: number): void {
     if (this.finished) return;
     this.heartbeatTimer = setTimeout(() => void this.heartbeat(), ms);
   }
 
   private async heartbeat(): Promise<void> {
+    this.heartbeating = true;
+    try {
+      await this.beat();
+    } finally {
+      this.heartbeating = false;
+    }
+  }
+
+  private async beat(): Promise<void> {
     const { task, ctx } = this;
     let next: number;
     try {

@@ -23,10 +23,22 @@ const found = (roots.length ? roots : ['test']).flatMap(findTests).map((f) => re
 // they are left out of the run, and one line says so.
 const chromium = process.env.CONDUCTOR_CHROMIUM ?? '/usr/bin/chromium';
 const hasChromium = existsSync(chromium);
-const files = hasChromium ? found : found.filter((f) => !f.endsWith('.browser.test.ts'));
-if (files.length < found.length) {
+const withBrowser = hasChromium ? found : found.filter((f) => !f.endsWith('.browser.test.ts'));
+if (withBrowser.length < found.length) {
   console.log(
-    `# ${found.length - files.length} browser test files did not run: no Chromium at ${chromium} (install it: apt-get install chromium; or point CONDUCTOR_CHROMIUM at one)`,
+    `# ${found.length - withBrowser.length} browser test files did not run: no Chromium at ${chromium} (install it: apt-get install chromium; or point CONDUCTOR_CHROMIUM at one)`,
+  );
+}
+// The docker tests (*.docker.test.ts) run the docker executor on a real
+// engine, the one DOCKER_HOST names (.ci/run starts one, with the images they
+// use: .ci/docker/README.md); without DOCKER_HOST they are left out, and one
+// line says so.
+const files = process.env.DOCKER_HOST
+  ? withBrowser
+  : withBrowser.filter((f) => !f.endsWith('.docker.test.ts'));
+if (files.length < withBrowser.length) {
+  console.log(
+    `# ${withBrowser.length - files.length} docker test files did not run: no DOCKER_HOST (start an engine and build the test images as .ci/run does: .ci/docker/README.md)`,
   );
 }
 if (files.length === 0) {

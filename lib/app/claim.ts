@@ -44,6 +44,10 @@ export interface Assignment {
     ports: number[];
     health: string | null;
     health_timeout_s: number;
+    /** Replaces the image's CMD; null keeps it. */
+    command: string[] | null;
+    /** Replaces the image's ENTRYPOINT; null keeps it, [] clears it. */
+    entrypoint: string[] | null;
   }>;
   /** What to upload after the script (docs/artifacts.md); null for nothing. */
   artifacts: { paths: string[]; when: 'on_success' | 'on_failure' | 'always' } | null;
@@ -354,6 +358,8 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
       ports: s.ports,
       health: s.health,
       health_timeout_s: s.healthTimeoutS,
+      command: s.command ?? null,
+      entrypoint: s.entrypoint ?? null,
     })),
     artifacts: task.storage?.artifacts
       ? { paths: task.storage.artifacts.paths, when: task.storage.artifacts.when }

@@ -129,6 +129,10 @@ export interface CompiledService {
   /** Run in the service's container until it succeeds; null: the service counts as up once started. */
   health: string | null;
   healthTimeoutS: number;
+  /** Replaces the image's CMD; absent keeps it. */
+  command?: string[];
+  /** Replaces the image's ENTRYPOINT; absent keeps it. */
+  entrypoint?: string[];
 }
 
 /** What a pipeline file compiles to for one trigger. */
@@ -562,6 +566,8 @@ function compileServices(services: Task['services'], root: Loc, path: string[]):
         ports: [...(service.ports ?? [])],
         health: service.health ?? null,
         healthTimeoutS: service.health_timeout ?? DEFAULT_SERVICE_HEALTH_TIMEOUT_S,
+        ...(service.command ? { command: [...service.command] } : {}),
+        ...(service.entrypoint ? { entrypoint: [...service.entrypoint] } : {}),
       },
     ];
   });

@@ -178,6 +178,18 @@ export const DEFAULT_SERVICE_HEALTH_TIMEOUT_S = 60;
 // A service is reached by its name on the task's network: a DNS label.
 const SERVICE_NAME = /^[a-z][a-z0-9-]{0,62}$/;
 
+/** Most words in a service's `command` or `entrypoint`, and the longest word. */
+export const MAX_SERVICE_WORDS = 100;
+const MAX_SERVICE_WORD = 4096;
+const ServiceWordsSchema = z
+  .array(z.string().max(MAX_SERVICE_WORD, `must be at most ${MAX_SERVICE_WORD} characters`), {
+    error: (issue) =>
+      issue.input === undefined
+        ? undefined
+        : `expected a list of words, e.g. [redis-server, --port, '6380'], got ${describeValue(issue.input)}`,
+  })
+  .max(MAX_SERVICE_WORDS, `must have at most ${MAX_SERVICE_WORDS} words`);
+
 /** One container started beside a task's script on the docker executor (`services:`). */
 export const ServiceSchema = z.strictObject({
   image: z.string().min(1, 'must not be empty'),
@@ -186,6 +198,9 @@ export const ServiceSchema = z.strictObject({
   // A command run in the service's container until it succeeds; the script starts after.
   health: z.string().min(1, 'must not be empty').optional(),
   health_timeout: TimeoutSchema.optional(),
+  // As GitLab's: lists of words, no shell in between.
+  command: ServiceWordsSchema.min(1, 'must not be empty').optional(),
+  entrypoint: ServiceWordsSchema.optional(),
 });
 
 const ServicesSchema = z

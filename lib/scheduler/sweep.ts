@@ -94,6 +94,21 @@ export interface SweepSummary {
 
 type Repair = { state: TaskState; jobId: string; skipped: number } | null;
 
+/**
+ * How long past its timeout a running task is left to its runner, which is
+ * stopping the script (SIGTERM, its kill grace, SIGKILL), reading its
+ * services' logs, sending the rest of its log and reporting: failed by the
+ * sweep sooner, the task would lose its log's tail and the runner wait out
+ * refused uploads. A task whose lease has expired too (its runner stopped
+ * reporting) is failed at once.
+ */
+export const TIMEOUT_GRACE_S = 60;
+
+/** SQL: the current attempt `a` of task `t` is past its timeout, and past its grace unless its lease expired. */
+const TIMED_OUT = `a.started_at + make_interval(secs => t.timeout_s) < now()
+   and (a.started_at + make_interval(secs => t.timeout_s + ${TIMEOUT_GRACE_S}) < now()
+        or t.lease_expires_at < now())`;
+
 /** Ends the current attempt of a running task as lost or timed out, re-checked under its row lock. */
 async function endAttempt(
   pool: Pool,
@@ -107,7 +122,7 @@ async function endAttempt(
     async (tx) => {
       const { rows } = await tx.query<TaskRow & { expired: boolean; timed_out: boolean }>(
         `select t.*, t.lease_expires_at < now() as expired,
-              a.started_at + make_interval(secs => t.timeout_s) < now() as timed_out
+              (${TIMED_OUT}) as timed_out
          from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
         where t.id = $1
         for update of t`,
@@ -344,7 +359,7 @@ export async function sweep(pool: Pool, opts: SweepOptions = {}): Promise<SweepS
     'timeouts',
     `select t.id, t.lease_id
        from tasks t join task_attempts a on a.task_id = t.id and a.attempt = t.attempt
-      where t.state = 'running' and a.started_at + make_interval(secs => t.timeout_s) < now()
+      where t.state = 'running' and ${TIMED_OUT}
       limit $1`,
     [batch],
   );

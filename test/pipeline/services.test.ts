@@ -110,3 +110,57 @@ test('more than 10 services is an error naming the limit', () => {
   assert.match(issue.message, /at most 10 services/);
   assert.equal(issue.line, 6);
 });
+
+test("a service's command and entrypoint compile word for word; a string, an empty command or a word that is not a string is an error at its line", () => {
+  const [task] = compile(yaml`
+    version: 1
+    tasks:
+      test:
+        services:
+          cache:
+            image: redis:7
+            command: [redis-server, --port, "6380"]
+          web:
+            image: nginx
+            entrypoint: []
+          db:
+            image: postgres:16
+            entrypoint: [docker-entrypoint.sh, postgres]
+            command: [-c, "fsync=off"]
+        script: [x]
+  `).tasks;
+  assert.deepEqual(
+    task?.services?.map((s) => [s.name, s.entrypoint, s.command]),
+    [
+      ['cache', undefined, ['redis-server', '--port', '6380']],
+      ['web', [], undefined],
+      ['db', ['docker-entrypoint.sh', 'postgres'], ['-c', 'fsync=off']],
+    ],
+  );
+  const issues = issuesOf(yaml`
+    version: 1
+    tasks:
+      test:
+        script: [x]
+        services:
+          cache:
+            image: redis:7
+            command: redis-server --port 6380
+          web:
+            image: nginx
+            command: []
+          db:
+            image: postgres:16
+            entrypoint: [run, 5]
+  `).map(show);
+  for (const re of [
+    /^8:\d+ tasks\.test\.services\.cache\.command: expected a list of words, e\.g\. \[redis-server, --port, '6380'\], got "redis-server --port 6380"$/,
+    /^11:\d+ tasks\.test\.services\.web\.command: must not be empty/,
+    /^14:\d+ tasks\.test\.services\.db\.entrypoint\[1\]: expected a string, got 5$/,
+  ]) {
+    assert.ok(
+      issues.some((i) => re.test(i)),
+      `${re}\n${issues.join('\n')}`,
+    );
+  }
+});

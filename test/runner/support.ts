@@ -271,6 +271,7 @@ export function groupAlive(pgid: number): boolean {
 // container's root can through the read-write bind mount: replace a file the
 // runner reads with a link to a host file, or with a FIFO.
 //
+// `image inspect` answers an empty USER (root), `ps` and `network ls` nothing.
 // Services: `run --detach` remembers the container (in containers/ beside it)
 // and gives it a log of one line per --env value (an image named
 // `fake/chatty…`: 20,000 lines); one named `fake/missing…` cannot be pulled
@@ -286,10 +287,11 @@ mkdir -p "$state"
 case "$1" in
   info) echo 0.0.0-fake; exit 0 ;;
   stop) exit 0 ;;
+  image | ps) exit 0 ;;
   network)
     case "$2" in
       create) echo "fake-network-\${*: -1}"; exit 0 ;;
-      rm) exit 0 ;;
+      rm | ls) exit 0 ;;
     esac
     echo "fake docker: network $2 is not faked" >&2; exit 125 ;;
   exec)
@@ -344,7 +346,7 @@ while [ $# -gt 0 ]; do
       target=\${2#*target=}; target=\${target%%,*}
       case "$target" in /workspace) ws=$src ;; /conductor) meta=$src ;; esac
       shift 2 ;;
-    --name | --workdir | --entrypoint | --network) shift 2 ;;
+    --name | --workdir | --entrypoint | --network | --label) shift 2 ;;
     --rm | --init) shift ;;
     -*) echo "fake docker: $1 is not faked" >&2; exit 125 ;;
     *) break ;;

@@ -2,7 +2,7 @@
 // the wrapper script (run with a real bash), outputs, log chunking and retries.
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { formatDuration } from '../../lib/duration.ts';
@@ -21,7 +21,12 @@ import {
 } from '../../runner/index.ts';
 import { chunkEnd, LogStream } from '../../runner/logstream.ts';
 import { parseOutputs } from '../../runner/outputs.ts';
-import { parseLineFile, scriptLines, wrapperScript } from '../../runner/script.ts';
+import {
+  ENV_FAILED_STATUS,
+  parseLineFile,
+  scriptLines,
+  wrapperScript,
+} from '../../runner/script.ts';
 import { trustRefusal } from '../../runner/task.ts';
 import { readTaskFile } from '../../runner/taskfile.ts';
 import { tempDir, waitFor } from './support.ts';
@@ -168,6 +173,35 @@ test('the docker environment file survives quotes and newlines when sourced', as
   writeFileSync(file, exportFile({ A: tricky, 'not-a-name': 'x' }));
   const out = execFileSync('sh', ['-c', `. "${file}"; printf '%s' "$A"`]).toString();
   assert.equal(out, tricky);
+});
+
+test('a script that cannot read its environment file does not run, under bash and sh: it says why and exits 78 with its line file empty; one that can reads it and deletes it', async () => {
+  for (const shell of ['bash', 'sh', 'busybox']) {
+    const dir = await tempDir('conductor-runner-unit-');
+    const envFile = join(dir, 'env.sh');
+    const lineFile = join(dir, 'line');
+    writeFileSync(lineFile, '');
+    const script = join(dir, 'script.sh');
+    writeFileSync(
+      script,
+      wrapperScript(['echo "the script ran with [$SECRET]"'], { envFile, lineFile }),
+    );
+    const args = shell === 'busybox' ? ['sh', script] : [script];
+    const missing = spawnSync(shell, args, { cwd: dir, encoding: 'utf8' });
+    assert.equal(missing.status, ENV_FAILED_STATUS, `${shell}: ${missing.stdout}`);
+    assert.equal(
+      missing.stdout,
+      `[conductor] the task's environment ${envFile} cannot be read by the container's user (uid ${process.getuid?.()}): the script does not run without it\n`,
+      shell,
+    );
+    assert.equal(readFileSync(lineFile, 'utf8'), '', shell);
+
+    writeFileSync(envFile, exportFile({ SECRET: 's3' }), { mode: 0o600 });
+    const present = spawnSync(shell, args, { cwd: dir, encoding: 'utf8' });
+    assert.equal(present.status, 0, `${shell}: ${present.stdout}`);
+    assert.match(present.stdout, /^the script ran with \[s3\]$/m, shell);
+    assert.equal(existsSync(envFile), false, `${shell}: the file is deleted`);
+  }
 });
 
 function runWrapper(lines: string[], dir: string, shell = 'bash') {
