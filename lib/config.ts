@@ -24,7 +24,7 @@ export const ConfigSchema = z.object({
   /** Locally; deployed, `github_client_secret` in the app secret. */
   CONDUCTOR_GITHUB_CLIENT_SECRET: z.string().min(1).optional(),
   /** Where GitHub's /login/oauth/authorize and /login/oauth/access_token are (GitHub Enterprise: its URL). */
-  CONDUCTOR_GITHUB_OAUTH_URL: z.string().url().default('https://github.com'),
+  CONDUCTOR_GITHUB_OAUTH_URL: z.string().url().optional(),
   /** Sign-in with Gitea or Forgejo: the instance's base URL, and its OAuth2 application's client id. */
   CONDUCTOR_GITEA_URL: z.string().url().optional(),
   CONDUCTOR_GITEA_CLIENT_ID: z.string().min(1).optional(),

@@ -11,6 +11,7 @@ import {
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { BranchSource } from '../forge/branch.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
+import { forgeOf } from '../forge/registry.ts';
 import { type IdleGate, openGate } from '../idle/gate.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
 import { forgetPermissions } from '../people/permissions.ts';
@@ -168,11 +169,12 @@ function newWebhookSecret(): string {
 function checkForgeUrl(forge: Forge, repoUrl: string, forgeUrlValue: string | null | undefined) {
   // Gitea's API lives wherever the instance is: without its URL the pipeline
   // file cannot be read (unless the repository is a local one).
-  if (forge === 'gitea' && !forgeUrlValue && !isLocalRepo(repoUrl)) {
+  const { title, forgeUrl: needs } = forgeOf(forge);
+  if (needs.required && !forgeUrlValue && !isLocalRepo(repoUrl)) {
     throw new ValidationError([
       {
         path: 'forge_url',
-        message: 'required for a Gitea project (the base URL of the Gitea instance)',
+        message: `required for a ${title} project (the base URL of the ${title} instance)`,
       },
     ]);
   }
