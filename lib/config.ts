@@ -30,6 +30,11 @@ export const ConfigSchema = z.object({
   CONDUCTOR_GITEA_CLIENT_ID: z.string().min(1).optional(),
   /** Locally; deployed, `gitea_client_secret` in the app secret. */
   CONDUCTOR_GITEA_CLIENT_SECRET: z.string().min(1).optional(),
+  /** Sign-in with GitLab: the instance's base URL (default https://gitlab.com), and its OAuth application's id. */
+  CONDUCTOR_GITLAB_URL: z.string().url().optional(),
+  CONDUCTOR_GITLAB_CLIENT_ID: z.string().min(1).optional(),
+  /** Locally; deployed, `gitlab_client_secret` in the app secret. */
+  CONDUCTOR_GITLAB_CLIENT_SECRET: z.string().min(1).optional(),
   /** How long a sign-in or a permission question waits for the forge before "try again". */
   CONDUCTOR_SIGNIN_TIMEOUT_MS: positiveInt(60_000).default(5_000),
   CONDUCTOR_LEASE_S: positiveInt(3600).default(45),

@@ -57,7 +57,7 @@ export type TaskRunWhen = (typeof TASK_RUN_WHEN)[number];
 export const SCHEDULE_CATCH_UP = ['latest', 'none'] as const;
 export type ScheduleCatchUp = (typeof SCHEDULE_CATCH_UP)[number];
 
-export const FORGES = ['github', 'gitea'] as const;
+export const FORGES = ['github', 'gitea', 'gitlab'] as const;
 export type Forge = (typeof FORGES)[number];
 /** The forge of a project that names none (the CLI's `project create` without `--forge`). */
 export const DEFAULT_FORGE: Forge = 'github';

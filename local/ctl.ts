@@ -18,7 +18,7 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
 
   projects                                  list projects
   project create --id ID --repo OWNER/NAME --repo-url URL|PATH
-                 [--forge github|gitea] [--forge-url URL] [--forge-token-file PATH|-]
+                 [--forge github|gitea|gitlab] [--forge-url URL] [--forge-token-file PATH|-]
                  [--name N] [--cancel-superseded true|false]
                  [--fork-pull-requests approve|run|ignore] [--visibility private|public]
                  [--bot-pull-requests untrusted|trusted]

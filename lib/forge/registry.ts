@@ -2,8 +2,9 @@
 import type { Forge, ForgeKind } from './forge.ts';
 import { gitea } from './gitea/index.ts';
 import { github } from './github/index.ts';
+import { gitlab } from './gitlab/index.ts';
 
-const FORGE_MODULES: Readonly<Record<ForgeKind, Forge>> = { github, gitea };
+const FORGE_MODULES: Readonly<Record<ForgeKind, Forge>> = { github, gitea, gitlab };
 
 /** The forge a project's `forge` names. */
 export function forgeOf(kind: ForgeKind): Forge {
