@@ -24,12 +24,17 @@ export const ConfigSchema = z.object({
   /** Locally; deployed, `github_client_secret` in the app secret. */
   CONDUCTOR_GITHUB_CLIENT_SECRET: z.string().min(1).optional(),
   /** Where GitHub's /login/oauth/authorize and /login/oauth/access_token are (GitHub Enterprise: its URL). */
-  CONDUCTOR_GITHUB_OAUTH_URL: z.string().url().default('https://github.com'),
+  CONDUCTOR_GITHUB_OAUTH_URL: z.string().url().optional(),
   /** Sign-in with Gitea or Forgejo: the instance's base URL, and its OAuth2 application's client id. */
   CONDUCTOR_GITEA_URL: z.string().url().optional(),
   CONDUCTOR_GITEA_CLIENT_ID: z.string().min(1).optional(),
   /** Locally; deployed, `gitea_client_secret` in the app secret. */
   CONDUCTOR_GITEA_CLIENT_SECRET: z.string().min(1).optional(),
+  /** Sign-in with GitLab: the instance's base URL (default https://gitlab.com), and its OAuth application's id. */
+  CONDUCTOR_GITLAB_URL: z.string().url().optional(),
+  CONDUCTOR_GITLAB_CLIENT_ID: z.string().min(1).optional(),
+  /** Locally; deployed, `gitlab_client_secret` in the app secret. */
+  CONDUCTOR_GITLAB_CLIENT_SECRET: z.string().min(1).optional(),
   /** How long a sign-in or a permission question waits for the forge before "try again". */
   CONDUCTOR_SIGNIN_TIMEOUT_MS: positiveInt(60_000).default(5_000),
   CONDUCTOR_LEASE_S: positiveInt(3600).default(45),

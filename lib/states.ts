@@ -57,8 +57,10 @@ export type TaskRunWhen = (typeof TASK_RUN_WHEN)[number];
 export const SCHEDULE_CATCH_UP = ['latest', 'none'] as const;
 export type ScheduleCatchUp = (typeof SCHEDULE_CATCH_UP)[number];
 
-export const FORGES = ['github', 'gitea'] as const;
+export const FORGES = ['github', 'gitea', 'gitlab'] as const;
 export type Forge = (typeof FORGES)[number];
+/** The forge of a project that names none (the CLI's `project create` without `--forge`). */
+export const DEFAULT_FORGE: Forge = 'github';
 
 /** What a project does with an untrusted job: hold it in `blocked` for approval, run it at once, or not create it. */
 export const FORK_PULL_REQUEST_POLICIES = ['approve', 'run', 'ignore'] as const;

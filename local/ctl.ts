@@ -11,13 +11,14 @@ import { pipeline } from 'node:stream/promises';
 import { parseArgs } from 'node:util';
 import { formatIssue, planPipeline } from '../lib/app/jobs.ts';
 import { taskLines } from '../lib/pages/graph.ts';
+import { DEFAULT_FORGE } from '../lib/states.ts';
 import { sendPush } from './push.ts';
 
 export const USAGE = `usage: npm run ctl -- <command> [options]
 
   projects                                  list projects
   project create --id ID --repo OWNER/NAME --repo-url URL|PATH
-                 [--forge github|gitea] [--forge-url URL] [--forge-token-file PATH|-]
+                 [--forge github|gitea|gitlab] [--forge-url URL] [--forge-token-file PATH|-]
                  [--name N] [--cancel-superseded true|false]
                  [--fork-pull-requests approve|run|ignore] [--visibility private|public]
                  [--bot-pull-requests untrusted|trusted]
@@ -343,7 +344,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         const created = await api('POST', '/v1/projects', {
           id,
           name: values.name ?? id,
-          forge: values.forge ?? 'github',
+          forge: values.forge ?? DEFAULT_FORGE,
           repo: required(values, 'repo'),
           repo_url: required(values, 'repo-url'),
           ...(values['forge-url'] ? { forge_url: values['forge-url'] } : {}),

@@ -1,6 +1,6 @@
 // A signed push webhook, shaped like the forge's own, for the CLI and the demo.
 import { randomUUID } from 'node:crypto';
-import { type ForgeKind, signBody, WEBHOOK_HEADERS } from '../lib/forge/webhook.ts';
+import { type ForgeKind, signBody, webhookHeaders } from '../lib/forge/webhook.ts';
 
 export interface Push {
   /** The control plane's base URL. */
@@ -36,7 +36,7 @@ export async function sendPush(push: Push): Promise<{ status: number; text: stri
       pusher: { name: 'conductor' },
     }),
   );
-  const names = WEBHOOK_HEADERS[push.forge];
+  const names = webhookHeaders(push.forge);
   const res = await (push.fetch ?? fetch)(
     `${push.url.replace(/\/$/, '')}/v1/webhooks/${push.forge}`,
     {

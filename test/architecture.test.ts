@@ -235,3 +235,62 @@ test('the check reads the layout it guards', () => {
     'functions/ import lib/app/',
   );
 });
+
+// Issue #55: the rest of the code asks the project's forge (lib/forge/<name>/,
+// through lib/forge/registry.ts) and never names one: a branch on a forge's
+// name outside lib/forge/ is a forge module's job done in the wrong place.
+const FORGE_NAME = String.raw`['"\x60](?:github|gitea|gitlab|forgejo)['"\x60]`;
+const FORGE_BRANCHES = [
+  // `forge === 'gitea'`, `project.forge !== 'github'`, `f == "gitlab"`
+  new RegExp(String.raw`\b(?:forge|f|kind)\s*[!=]==?\s*${FORGE_NAME}`),
+  // `'github' === forge`, and any comparison with a forge's name
+  new RegExp(String.raw`${FORGE_NAME}\s*[!=]==?`),
+  new RegExp(String.raw`[!=]==?\s*${FORGE_NAME}`),
+  // `case 'gitea':`
+  new RegExp(String.raw`\bcase\s+${FORGE_NAME}\s*:`),
+  // `switch (project.forge)`
+  /\bswitch\s*\([^)]*\bforge\b[^)]*\)/,
+];
+
+/** The lines of `text` that branch on a forge's name, comments left out. */
+function forgeBranches(text: string): string[] {
+  return text
+    .split('\n')
+    .map((line) => line.replace(/^\s*(\/\/|\*|\/\*).*$/, ''))
+    .filter((line) => FORGE_BRANCHES.some((re) => re.test(line)));
+}
+
+test('nothing outside lib/forge/ branches on a forge by its name', () => {
+  const found: string[] = [];
+  for (const file of graph.files) {
+    if (rel(file).startsWith('lib/forge/')) continue;
+    for (const line of forgeBranches(readFileSync(file, 'utf8'))) {
+      found.push(`${rel(file)}: ${line.trim()}`);
+    }
+  }
+  assert.deepEqual(found, []);
+});
+
+test('the forge-name check finds each kind of branch it forbids, and not a forge named in a value', () => {
+  for (const line of [
+    "if (project.forge === 'gitea') {",
+    "  if (forge !== 'github') parts.push(x);",
+    "const name = who.person.forge === 'github' ? 'GitHub' : 'Gitea';",
+    "f === 'gitlab' ? a : b",
+    "if ('gitlab' === kind) return;",
+    "  case 'gitea':",
+    'switch (project.forge) {',
+  ]) {
+    assert.equal(forgeBranches(line).length, 1, line);
+  }
+  for (const line of [
+    "forge: 'github',",
+    "export const FORGES = ['github', 'gitea', 'gitlab'] as const;",
+    "// forge === 'gitea' in a comment",
+    'if (forge !== DEFAULT_FORGE) parts.push(x);',
+  ]) {
+    assert.deepEqual(forgeBranches(line), [], line);
+  }
+  // The files it reads hold lib/forge/'s own branches, which it leaves alone.
+  assert.ok(graph.files.some((f) => rel(f).startsWith('lib/forge/github/')));
+});

@@ -5,12 +5,13 @@
 // transaction is open while the forge is asked.
 import type { AppContext } from '../context.ts';
 import type { Pool } from '../db/index.ts';
-import { confirmGiteaWriters, type WriterVerdict } from '../forge/permission.ts';
+import { confirmWriters, type WriterVerdict } from '../forge/permission.ts';
 import {
   ForgeUnavailableError,
   fetchPipelineFile,
   type PipelineSource,
 } from '../forge/pipeline-file.ts';
+import { forgeOf } from '../forge/registry.ts';
 import { log } from '../log.ts';
 import {
   type CompiledPipeline,
@@ -223,9 +224,11 @@ async function confirmTrust(
 ): Promise<'pending' | 'blocked' | 'ignored' | 'not_pending'> {
   const token = forgeToken(keyring, project);
   const logins = job.confirm_writers ?? [];
+  const forge = forgeOf(project.forge);
   const verdict: WriterVerdict =
-    token && project.forge_url && project.forge === 'gitea'
-      ? await confirmGiteaWriters({
+    token && project.forge_url && forge.permission.confirmsWriters
+      ? await confirmWriters({
+          forge: project.forge,
           forgeUrl: project.forge_url,
           repo: project.repo,
           token,
@@ -233,7 +236,7 @@ async function confirmTrust(
         })
       : {
           writers: false,
-          reason: `without a forge token and forge_url Gitea cannot confirm that ${logins.join(' and ')} may write`,
+          reason: `without a forge token and forge_url ${forge.title} cannot confirm that ${logins.join(' and ')} may write`,
         };
   const state = await settleJobTrust(pool, job.id, {
     trusted: verdict.writers,

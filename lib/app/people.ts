@@ -7,9 +7,10 @@
 // ask, so the answer is "ask an admin", never a guess.
 import { type AppContext, readSecret } from '../context.ts';
 import { ForbiddenError, NotFoundError, UnavailableError } from '../errors.ts';
-import { apiBase, type ForgeKind, forgeName } from '../forge/client.ts';
+import type { Forge, ForgeKind } from '../forge/forge.ts';
 import { ForgeUnavailableError } from '../forge/index.ts';
 import { askRepoPermission, type RepoPermission } from '../forge/permission.ts';
+import { forgeName, forgeOf } from '../forge/registry.ts';
 import { log } from '../log.ts';
 import type { Decision, OAuthForge, PeopleGate } from '../people/index.ts';
 import {
@@ -21,6 +22,7 @@ import {
   rememberPermission,
 } from '../people/permissions.ts';
 import { endSessionById, listSessions, type Person, type SessionView } from '../people/sessions.ts';
+import { FORGES } from '../states.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
 
 export { ADMIN_BEARER, actorName } from '../people/sessions.ts';
@@ -80,13 +82,15 @@ async function decide(
       reason: `You signed in with ${name}, and ${project.id} lives on ${forgeName(project.forge)}: sign in there, or ask an admin.`,
     };
   }
-  if (person.forge === 'gitea') {
-    const signedInAt = await giteaUrl(ctx);
+  // A forge that lives at a URL of its own (Gitea, GitLab) may be one of many:
+  // the person signed in at one, and the project must live there too.
+  if (hostedAnywhere(forgeOf(person.forge))) {
+    const signedInAt = (await settings(ctx, forgeOf(person.forge))).url;
     if (!sameUrl(project.forge_url, signedInAt)) {
       return {
         allowed: false,
         status: 403,
-        reason: `You signed in with the Gitea at ${signedInAt}, and ${project.id} lives on another (${project.forge_url ?? 'none given'}): ask an admin.`,
+        reason: `You signed in with the ${name} at ${signedInAt}, and ${project.id} lives on another (${project.forge_url ?? 'none given'}): ask an admin.`,
       };
     }
   }
@@ -106,7 +110,7 @@ async function decide(
   };
   let permission: RepoPermission | null = await cachedPermission(ctx.pool, key);
   if (permission === null) {
-    const api = apiBase(person.forge, {
+    const api = forgeOf(person.forge).apiBase({
       githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
       forgeUrl: project.forge_url,
     });
@@ -171,12 +175,15 @@ export async function requireMay(
   throw new ForbiddenError(decision.reason);
 }
 
-const FORGES: readonly ForgeKind[] = ['github', 'gitea'];
+/** A forge whose projects each name where it lives (forge_url), rather than one API base for all. */
+function hostedAnywhere(forge: Forge): boolean {
+  return forge.forgeUrl.required || forge.forgeUrl.default !== undefined;
+}
 
 // Deployed, the sign-in settings may be fields of the app secret (Secrets
-// Manager: github_client_id, github_client_secret, github_oauth_url,
-// gitea_url, gitea_client_id, gitea_client_secret), read once per container;
-// an environment variable of the same setting wins.
+// Manager: each forge's Forge.oauth.store, e.g. github_client_id,
+// github_client_secret, github_oauth_url, gitea_url, gitlab_client_id), read
+// once per container; an environment variable of the same setting wins.
 let appSecret: Promise<Record<string, unknown>> | undefined;
 async function fromStore(ctx: AppContext): Promise<Record<string, string>> {
   const arn = ctx.config.CONDUCTOR_APP_SECRET_ARN;
@@ -186,75 +193,63 @@ async function fromStore(ctx: AppContext): Promise<Record<string, string>> {
     throw err;
   });
   const all = await appSecret;
+  const known = new Set(FORGES.flatMap((f) => Object.values(forgeOf(f).oauth.store)));
   return Object.fromEntries(
     Object.entries(all).filter(
-      (e): e is [string, string] =>
-        /^(github|gitea)_/.test(e[0]) && typeof e[1] === 'string' && e[1] !== '',
+      (e): e is [string, string] => known.has(e[0]) && typeof e[1] === 'string' && e[1] !== '',
     ),
   );
 }
 
 interface SignInSettings {
-  github: { clientId?: string; clientSecret?: string; oauthUrl: string };
-  gitea: { url?: string; clientId?: string; clientSecret?: string };
+  /** The OAuth base URL (GitHub's OAuth URL; Gitea's and GitLab's instance). */
+  url?: string;
+  clientId?: string;
+  clientSecret?: string;
 }
 
-async function settings(ctx: AppContext): Promise<SignInSettings> {
-  const c = ctx.config;
-  const needStore =
-    !(c.CONDUCTOR_GITHUB_CLIENT_ID && c.CONDUCTOR_GITHUB_CLIENT_SECRET) &&
-    !(c.CONDUCTOR_GITEA_CLIENT_ID && c.CONDUCTOR_GITEA_CLIENT_SECRET && c.CONDUCTOR_GITEA_URL);
+async function settings(ctx: AppContext, forge: Forge): Promise<SignInSettings> {
+  const env = ctx.config as unknown as Record<string, string | undefined>;
+  const { settings: names, store, defaultUrl } = forge.oauth;
+  // The app secret is read only when the environment does not already say it all.
+  const needStore = !(
+    env[names.clientId] &&
+    env[names.clientSecret] &&
+    (env[names.url] || defaultUrl)
+  );
   const s = needStore ? await fromStore(ctx) : {};
   return {
-    github: {
-      clientId: c.CONDUCTOR_GITHUB_CLIENT_ID ?? s.github_client_id,
-      clientSecret: c.CONDUCTOR_GITHUB_CLIENT_SECRET ?? s.github_client_secret,
-      oauthUrl: s.github_oauth_url ?? c.CONDUCTOR_GITHUB_OAUTH_URL,
-    },
-    gitea: {
-      url: c.CONDUCTOR_GITEA_URL ?? s.gitea_url,
-      clientId: c.CONDUCTOR_GITEA_CLIENT_ID ?? s.gitea_client_id,
-      clientSecret: c.CONDUCTOR_GITEA_CLIENT_SECRET ?? s.gitea_client_secret,
-    },
+    url: env[names.url] ?? s[store.url] ?? defaultUrl,
+    clientId: env[names.clientId] ?? s[store.clientId],
+    clientSecret: env[names.clientSecret] ?? s[store.clientSecret],
   };
 }
 
-/** The forges one may sign in with: those whose client id and secret are set (and, for Gitea, its URL). */
+/** The forges one may sign in with: those whose client id and secret are set (and their URL). */
 export async function signInForges(ctx: AppContext): Promise<ForgeKind[]> {
-  const s = await settings(ctx);
-  return FORGES.filter((f) =>
-    f === 'github'
-      ? !!s.github.clientId && !!s.github.clientSecret
-      : !!s.gitea.clientId && !!s.gitea.clientSecret && !!s.gitea.url,
-  );
-}
-
-/** The Gitea sign-in's base URL (to tell whether a Gitea project lives there), if configured. */
-async function giteaUrl(ctx: AppContext): Promise<string | undefined> {
-  return (await settings(ctx)).gitea.url;
+  const offered: ForgeKind[] = [];
+  for (const kind of FORGES) {
+    const s = await settings(ctx, forgeOf(kind));
+    if (s.clientId && s.clientSecret && s.url) offered.push(kind);
+  }
+  return offered;
 }
 
 /** A forge's OAuth settings; null when it is not offered (an unknown forge, or one not configured). */
 export async function oauthForge(ctx: AppContext, forge: string): Promise<OAuthForge | null> {
   if (!(FORGES as readonly string[]).includes(forge)) return null;
-  const s = await settings(ctx);
-  const timeoutMs = ctx.config.CONDUCTOR_SIGNIN_TIMEOUT_MS;
-  if (forge === 'github') {
-    const { clientId, clientSecret, oauthUrl } = s.github;
-    if (!clientId || !clientSecret) return null;
-    const apiUrl = ctx.config.CONDUCTOR_GITHUB_API_URL;
-    return { forge: 'github', oauthUrl, apiUrl, clientId, clientSecret, timeoutMs };
-  }
-  const { url, clientId, clientSecret } = s.gitea;
+  const f = forgeOf(forge as ForgeKind);
+  const { url, clientId, clientSecret } = await settings(ctx, f);
   if (!url || !clientId || !clientSecret) return null;
   const base = url.replace(/\/+$/, '');
   return {
-    forge: 'gitea',
+    forge: f.kind,
     oauthUrl: base,
-    apiUrl: `${base}/api/v1`,
+    // GitHub's API base is configuration of its own (GitHub Enterprise: /api/v3).
+    apiUrl: hostedAnywhere(f) ? f.oauth.apiUrl(base) : ctx.config.CONDUCTOR_GITHUB_API_URL,
     clientId,
     clientSecret,
-    timeoutMs,
+    timeoutMs: ctx.config.CONDUCTOR_SIGNIN_TIMEOUT_MS,
   };
 }
 

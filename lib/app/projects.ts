@@ -11,6 +11,7 @@ import {
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { BranchSource } from '../forge/branch.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
+import { forgeOf } from '../forge/registry.ts';
 import { type IdleGate, openGate } from '../idle/gate.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
 import { forgetPermissions } from '../people/permissions.ts';
@@ -29,7 +30,9 @@ import {
 import { audit } from './audit.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
-const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
+// `owner/name`; GitLab's full path has subgroups between (`group/sub/name`),
+// which the forge's module allows (Forge.isRepo).
+const REPO = /^[A-Za-z0-9_.-]+(?:\/[A-Za-z0-9_.-]+){1,20}$/;
 export const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
@@ -76,24 +79,31 @@ const forgeUrl = z
   .regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL')
   .superRefine(plainUrl);
 
-export const ProjectCreateSchema = z.strictObject({
-  id: z
-    .string()
-    .regex(
-      PROJECT_ID,
-      'lower-case letters, digits and -, starting with a letter or digit, at most 63',
-    ),
-  name: z.string().trim().min(1).max(200),
-  forge: z.enum(FORGES),
-  repo: z.string().regex(REPO, 'must be owner/name'),
-  repo_url: url,
-  forge_url: forgeUrl.nullable().optional(),
-  forge_token: z.string().min(1).max(10_000).nullable().optional(),
-  cancel_superseded: z.boolean().optional(),
-  fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
-  bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
-  visibility: z.enum(VISIBILITIES).optional(),
-});
+export const ProjectCreateSchema = z
+  .strictObject({
+    id: z
+      .string()
+      .regex(
+        PROJECT_ID,
+        'lower-case letters, digits and -, starting with a letter or digit, at most 63',
+      ),
+    name: z.string().trim().min(1).max(200),
+    forge: z.enum(FORGES),
+    repo: z.string().max(1000).regex(REPO, 'must be owner/name (on GitLab, group/sub/name)'),
+    repo_url: url,
+    forge_url: forgeUrl.nullable().optional(),
+    forge_token: z.string().min(1).max(10_000).nullable().optional(),
+    cancel_superseded: z.boolean().optional(),
+    fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
+    bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
+    visibility: z.enum(VISIBILITIES).optional(),
+  })
+  .superRefine((p, ctx) => {
+    const forge = forgeOf(p.forge);
+    if (!forge.isRepo(p.repo)) {
+      ctx.addIssue({ code: 'custom', path: ['repo'], message: `must be ${forge.repoShape}` });
+    }
+  });
 export type ProjectCreate = z.infer<typeof ProjectCreateSchema>;
 
 export const ProjectUpdateSchema = z.strictObject({
@@ -168,11 +178,12 @@ function newWebhookSecret(): string {
 function checkForgeUrl(forge: Forge, repoUrl: string, forgeUrlValue: string | null | undefined) {
   // Gitea's API lives wherever the instance is: without its URL the pipeline
   // file cannot be read (unless the repository is a local one).
-  if (forge === 'gitea' && !forgeUrlValue && !isLocalRepo(repoUrl)) {
+  const { title, forgeUrl: needs } = forgeOf(forge);
+  if (needs.required && !forgeUrlValue && !isLocalRepo(repoUrl)) {
     throw new ValidationError([
       {
         path: 'forge_url',
-        message: 'required for a Gitea project (the base URL of the Gitea instance)',
+        message: `required for a ${title} project (the base URL of the ${title} instance)`,
       },
     ]);
   }
@@ -200,7 +211,8 @@ export async function createProject(
           input.forge,
           input.repo,
           input.repo_url,
-          input.forge_url ?? null,
+          // GitLab's default is gitlab.com (Forge.forgeUrl.default).
+          input.forge_url ?? forgeOf(input.forge).forgeUrl.default ?? null,
           encrypt(keyring, secret, sealContext.webhookSecret(input.id)),
           input.forge_token
             ? encrypt(keyring, input.forge_token, sealContext.forgeToken(input.id))

@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import type { AppContext } from '../context.ts';
 import { AppError, BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
+import { forgeOf } from '../forge/registry.ts';
 import {
   defaultBranchOf,
   type ForgeKind,
@@ -23,6 +24,7 @@ import {
 } from '../idle/intake.ts';
 import { log } from '../log.ts';
 import { cancelPullRequest, createJob } from '../scheduler/index.ts';
+import { DEFAULT_FORGE, FORGES } from '../states.ts';
 import {
   findProjectByRepo,
   type ProjectRow,
@@ -31,6 +33,12 @@ import {
 } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { triggerJob } from './trigger.ts';
+
+/** The forge a webhook route names (`/v1/webhooks/<forge>`); the routes name no other. */
+export function forgeOfRoute(path: string): ForgeKind {
+  const last = path.replace(/\/+$/, '').split('/').pop() ?? '';
+  return FORGES.find((f) => f === last) ?? DEFAULT_FORGE;
+}
 
 /** The webhook queue's message (functions/webhook-queue.ts is invoked with one). */
 export type { DeliveryMessage } from '../idle/intake.ts';
@@ -136,21 +144,16 @@ export function checkDelivery(
   return { intent: parseWebhook(forge, event, payload), delivery, signature, payload };
 }
 
-// Only what can be pasted into a shell as it is: the payload is the sender's
-// text, and it is not yet known to come from the forge.
-const PASTABLE_URL = /^https?:\/\/[A-Za-z0-9._~:/@%+-]{1,300}$/;
-
 /**
  * The command that registers a project for a repository no project has, with
  * what the payload tells of it (its clone URL, and Gitea's base URL): the
  * answer to the first push a newcomer's forge sends.
  */
 export function createProjectCommand(forge: ForgeKind, repo: string, payload: unknown): string {
-  const repository = (payload as { repository?: Record<string, unknown> } | null)?.repository;
-  const pick = (field: string) => {
-    const value = repository?.[field];
-    return typeof value === 'string' && PASTABLE_URL.test(value) ? value : undefined;
-  };
+  const f = forgeOf(forge);
+  // Only what can be pasted into a shell as it is: the payload is the sender's
+  // text, and it is not yet known to come from the forge.
+  const told = f.webhook.describe(payload, repo);
   const name = repo.split('/').pop() ?? '';
   const id =
     name
@@ -159,16 +162,11 @@ export function createProjectCommand(forge: ForgeKind, repo: string, payload: un
       .replace(/^-+/, '')
       .slice(0, 63) || 'my-project';
   const parts = ['npm run ctl -- project create', `--id ${id}`];
-  if (forge !== 'github') parts.push(`--forge ${forge}`);
-  parts.push(`--repo ${/^[A-Za-z0-9._/-]+$/.test(repo) ? repo : 'OWNER/NAME'}`);
-  parts.push(`--repo-url ${pick('clone_url') ?? '<clone URL>'}`);
-  if (forge === 'gitea') {
-    // Gitea's html_url is <base URL>/<owner>/<name>.
-    const page = pick('html_url');
-    const base = page?.toLowerCase().endsWith(`/${repo.toLowerCase()}`)
-      ? page.slice(0, -(repo.length + 1))
-      : undefined;
-    parts.push(`--forge-url ${base || '<Gitea URL>'}`);
+  if (forge !== DEFAULT_FORGE) parts.push(`--forge ${forge}`);
+  parts.push(`--repo ${/^[A-Za-z0-9._/-]+$/.test(repo) ? repo : f.repoShape.toUpperCase()}`);
+  parts.push(`--repo-url ${told.cloneUrl ?? '<clone URL>'}`);
+  if (f.forgeUrl.required || told.forgeUrl) {
+    parts.push(`--forge-url ${told.forgeUrl || `<${f.title} URL>`}`);
   }
   return parts.join(' ');
 }
@@ -238,7 +236,7 @@ async function afterVerified(
   if (!project.enabled) return { status: 200, body: { ignored: 'the project is disabled' } };
   // The forge says the repository's default branch in every push and pull
   // request; kept when it changes (cache scopes, the Run form).
-  const defaultBranch = defaultBranchOf(payload);
+  const defaultBranch = defaultBranchOf(project.forge, payload);
   if (defaultBranch !== undefined && defaultBranch !== project.default_branch) {
     await rememberDefaultBranch(pool, project.id, defaultBranch);
   }
@@ -277,7 +275,7 @@ async function afterVerified(
     pullRequest: intent.pullRequest,
     baseRef: intent.baseRef,
     // What the changes: filters are decided on (lib/app/changes.ts).
-    ...(intent.trigger === 'push' ? { push: readPushDiff(payload) } : {}),
+    ...(intent.trigger === 'push' ? { push: readPushDiff(project.forge, payload) } : {}),
     deliveryId: delivery,
     // The signature covers the body, not the delivery id: a signed body
     // accepted before is answered as a duplicate whatever id it comes with.

@@ -1,27 +1,17 @@
-// A ref's head commit, asked of the forge (GitHub's branches and commits API,
-// Gitea's branches API) or, for a repository on this machine, of git: what a
-// manual run without a sha and a schedule's tick run. One entry per forge in
-// BRANCH_HEAD; a new forge is one more entry.
+// A ref's head commit, asked of the project's forge (its module says where:
+// Forge.branch) or, for a repository on this machine, of git: what a manual
+// run without a sha and a schedule's tick run.
 import { execFile } from 'node:child_process';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Forge } from '../states.ts';
-import {
-  apiBase,
-  callForge,
-  DEFAULT_TIMEOUT_MS,
-  type ForgeAnswer,
-  ForgeRefusedError,
-  ForgeTransportError,
-  ForgeUnavailableError,
-  forgeHeaders,
-  forgeName,
-  transportErrorText,
-} from './client.ts';
+import { DEFAULT_TIMEOUT_MS } from './client.ts';
+import type { ForgeKind } from './forge.ts';
+import { askJson } from './json.ts';
 import { isLocalRepo } from './pipeline-file.ts';
+import { forgeOf } from './registry.ts';
 
 export interface BranchSource {
-  forge: Forge;
+  forge: ForgeKind;
   /** `owner/name` on the forge. */
   repo: string;
   repoUrl: string;
@@ -41,36 +31,6 @@ export type HeadResult =
 
 const SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
 
-/** How one forge answers "the head of this branch" and "the default branch". */
-interface BranchApi {
-  /** The URL of a branch's (or tag's, GitHub) head commit. */
-  headUrl(api: string, repo: string, name: string, isTag: boolean): string;
-  /** The sha in that answer. */
-  headSha(body: unknown): unknown;
-  /** The URL of the repository, whose answer names its default branch. */
-  repoUrl(api: string, repo: string): string;
-}
-
-const enc = (repo: string) => repo.split('/').map(encodeURIComponent).join('/');
-
-const BRANCH_HEAD: Readonly<Record<Forge, BranchApi>> = {
-  github: {
-    // commits/{ref} takes `heads/x` and `tags/x` alike and answers the commit (a tag's target).
-    headUrl: (api, repo, name, isTag) =>
-      `${api}/repos/${enc(repo)}/commits/${isTag ? 'tags' : 'heads'}/${encodeURIComponent(name)}`,
-    headSha: (body) => (body as { sha?: unknown } | null)?.sha,
-    repoUrl: (api, repo) => `${api}/repos/${enc(repo)}`,
-  },
-  gitea: {
-    headUrl: (api, repo, name, isTag) =>
-      `${api}/repos/${enc(repo)}/${isTag ? 'tags' : 'branches'}/${encodeURIComponent(name)}`,
-    headSha: (body) =>
-      (body as { commit?: { id?: unknown; sha?: unknown } } | null)?.commit?.id ??
-      (body as { commit?: { sha?: unknown } } | null)?.commit?.sha,
-    repoUrl: (api, repo) => `${api}/repos/${enc(repo)}`,
-  },
-};
-
 /**
  * The head commit of `ref` (a branch name, `refs/heads/x` or `refs/tags/x`),
  * or of the repository's default branch when `ref` is null.
@@ -82,21 +42,30 @@ export async function resolveHead(
 ): Promise<HeadResult> {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   if (isLocalRepo(src.repoUrl)) return headFromGit(src.repoUrl, ref, timeoutMs);
-  const api = apiBase(src.forge, { githubApiUrl: src.githubApiUrl, forgeUrl: src.forgeUrl });
+  const forge = forgeOf(src.forge);
+  const api = forge.apiBase({ githubApiUrl: src.githubApiUrl, forgeUrl: src.forgeUrl });
   if (api === null) {
-    return { found: false, reason: 'the project has no forge_url: the Gitea base URL is needed' };
+    return {
+      found: false,
+      reason: `the project has no forge_url: the ${forge.title} base URL is needed`,
+    };
   }
-  const table = BRANCH_HEAD[src.forge];
+  const ask = { forge, token: src.token, repo: src.repo, timeoutMs };
   let name: string;
   let isTag = false;
   if (ref === null) {
-    const repo = await getJson(src, table.repoUrl(api, src.repo), timeoutMs, 'the repository');
+    const repo = await askJson(
+      ask,
+      forge.branch.repository(api, src.repo),
+      `the repository of ${src.repo}`,
+      { notFound: `the repository does not exist in ${src.repo}`, accessHint: true },
+    );
     if (!repo.ok) return { found: false, reason: repo.reason };
     const branch = (repo.body as { default_branch?: unknown } | null)?.default_branch;
     if (typeof branch !== 'string' || branch === '') {
       return {
         found: false,
-        reason: `${forgeName(src.forge)} did not name ${src.repo}'s default branch`,
+        reason: `${forge.title} did not name ${src.repo}'s default branch`,
       };
     }
     name = branch;
@@ -108,61 +77,21 @@ export async function resolveHead(
   }
   const full = `${isTag ? 'refs/tags/' : 'refs/heads/'}${name}`;
   const what = `${isTag ? 'tag' : 'branch'} ${name}`;
-  const head = await getJson(src, table.headUrl(api, src.repo, name, isTag), timeoutMs, what);
+  const head = await askJson(
+    ask,
+    forge.branch.head(api, src.repo, name, isTag),
+    `${what} of ${src.repo}`,
+    {
+      notFound: `${what} does not exist in ${src.repo}`,
+      accessHint: true,
+    },
+  );
   if (!head.ok) return { found: false, reason: head.reason };
-  const sha = table.headSha(head.body);
+  const sha = forge.branch.sha(head.body);
   if (typeof sha !== 'string' || !SHA.test(sha.toLowerCase())) {
-    return { found: false, reason: `${forgeName(src.forge)} answered no commit for ${what}` };
+    return { found: false, reason: `${forge.title} answered no commit for ${what}` };
   }
   return { found: true, ref: full, sha: sha.toLowerCase() };
-}
-
-async function getJson(
-  src: BranchSource,
-  url: string,
-  timeoutMs: number,
-  what: string,
-): Promise<{ ok: true; body: unknown } | { ok: false; reason: string }> {
-  const forge = forgeName(src.forge);
-  let answer: ForgeAnswer;
-  try {
-    answer = await callForge({ url, headers: forgeHeaders(src.forge, src.token), timeoutMs });
-  } catch (error) {
-    if (error instanceof ForgeRefusedError) return { ok: false, reason: error.message };
-    if (error instanceof ForgeTransportError) {
-      throw new ForgeUnavailableError(
-        `${forge} could not be reached asking for ${what} of ${src.repo} (${transportErrorText(error, timeoutMs)})`,
-        { cause: error },
-      );
-    }
-    throw error;
-  }
-  if (answer.kind === 'ok' && answer.body !== null) {
-    try {
-      return { ok: true, body: JSON.parse(answer.body.toString('utf8')) };
-    } catch {
-      return {
-        ok: false,
-        reason: `${forge} answered ${what} of ${src.repo} with something not JSON`,
-      };
-    }
-  }
-  if (answer.status === 404) return { ok: false, reason: `${what} does not exist in ${src.repo}` };
-  if (answer.kind === 'rate_limited' || answer.kind === 'retryable') {
-    throw new ForgeUnavailableError(
-      `${forge} answered HTTP ${answer.status} asking for ${what} of ${src.repo}`,
-    );
-  }
-  if (answer.status === 401 || answer.status === 403) {
-    return {
-      ok: false,
-      reason: `the forge refused access to ${src.repo} (HTTP ${answer.status}): check the project's forge token`,
-    };
-  }
-  return {
-    ok: false,
-    reason: `${forge} answered HTTP ${answer.status} asking for ${what} of ${src.repo}`,
-  };
 }
 
 // A branch or tag name git accepts, refused before git sees anything that

@@ -1,9 +1,8 @@
-// The one way the control plane calls a forge's API (GitHub's REST API,
-// Gitea's): the base URL, the auth scheme and headers, the timeout, the
-// address it may connect to, redirects, and one reading of the answer (ok,
-// permanent, retryable, rate-limited). Reading the pipeline file
-// (pipeline-file.ts), asking Gitea about writers (permission.ts) and posting
-// commit statuses (statuses.ts) all go through callForge.
+// The one way the control plane calls a forge's API (GitHub's, Gitea's,
+// GitLab's): the timeout, the size cap, the address it may connect to,
+// redirects, and one reading of the answer (ok, permanent, retryable,
+// rate-limited). The forge module (lib/forge/<name>/) says the URL and the
+// headers (forgeCall); every operation in lib/forge/ goes through callForge.
 //
 // A forge URL is an admin's setting, but what it names is resolved at call
 // time, and the control plane runs where a request to 127.0.0.1 or
@@ -18,21 +17,9 @@ import { lookup } from 'node:dns/promises';
 import { request as httpRequest, type IncomingMessage, type RequestOptions } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
+import type { Forge, ForgeRequest } from './forge.ts';
 
-export type ForgeKind = 'github' | 'gitea';
-
-// GitHub refuses API requests without a User-Agent.
-export const USER_AGENT = 'conductor-ci';
-// The REST API version this client was written against; GitHub answers it with that behaviour.
-const GITHUB_API_VERSION = '2022-11-28';
 export const DEFAULT_TIMEOUT_MS = 10_000;
-
-const FORGE_NAMES: Readonly<Record<ForgeKind, string>> = { github: 'GitHub', gitea: 'Gitea' };
-
-/** `GitHub` or `Gitea`, for messages. */
-export function forgeName(forge: ForgeKind): string {
-  return FORGE_NAMES[forge];
-}
 
 /** Raised when the forge could not be reached or answered 5xx/429: the caller retries later. */
 export class ForgeUnavailableError extends Error {
@@ -75,27 +62,6 @@ export function allowPrivateForges(on: boolean): void {
   privateAllowed = on;
 }
 
-/** The API base of a project's forge without a trailing slash: GitHub's from configuration, Gitea's under forge_url. */
-export function apiBase(
-  forge: ForgeKind,
-  urls: { githubApiUrl: string; forgeUrl: string | null },
-): string | null {
-  if (forge === 'github') return urls.githubApiUrl.replace(/\/+$/, '');
-  return urls.forgeUrl ? `${urls.forgeUrl.replace(/\/+$/, '')}/api/v1` : null;
-}
-
-/** The headers every call to the forge carries: its auth scheme for the token, the API version, a user agent. */
-export function forgeHeaders(
-  forge: ForgeKind,
-  token: string | null,
-  accept = forge === 'github' ? 'application/vnd.github+json' : 'application/json',
-): Record<string, string> {
-  const headers: Record<string, string> = { Accept: accept, 'User-Agent': USER_AGENT };
-  if (forge === 'github') headers['X-GitHub-Api-Version'] = GITHUB_API_VERSION;
-  if (token) headers.Authorization = forge === 'github' ? `Bearer ${token}` : `token ${token}`;
-  return headers;
-}
-
 /** How an answer is to be taken, the same for every call. */
 export type AnswerKind = 'ok' | 'permanent' | 'retryable' | 'rate_limited';
 
@@ -118,7 +84,7 @@ export function classifyAnswer(status: number, headers: Headers): AnswerKind {
 }
 
 export interface ForgeCall {
-  method?: 'GET' | 'POST';
+  method?: 'GET' | 'POST' | 'DELETE';
   url: string;
   headers: Record<string, string>;
   body?: string;
@@ -134,6 +100,24 @@ export interface ForgeAnswer {
   kind: AnswerKind;
   /** The body; null when it was longer than `maxBytes`. */
   body: Buffer | null;
+}
+
+/** A forge module's request as a call: its URL, method, JSON body, and the forge's headers for the token. */
+export function forgeCall(
+  forge: Forge,
+  token: string | null,
+  req: ForgeRequest,
+  opts: { timeoutMs?: number; maxBytes?: number } = {},
+): ForgeCall {
+  const headers = forge.headers(token, req.accept);
+  if (req.body !== undefined) headers['Content-Type'] = 'application/json';
+  return {
+    method: req.method ?? 'GET',
+    url: req.url,
+    headers,
+    ...(req.body === undefined ? {} : { body: JSON.stringify(req.body) }),
+    ...opts,
+  };
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);

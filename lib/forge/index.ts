@@ -1,3 +1,4 @@
+export type { Forge, ForgeKind, RepoPermission, WebhookIntent } from './forge.ts';
 export {
   type FetchResult,
   ForgeUnavailableError,
@@ -5,14 +6,13 @@ export {
   isLocalRepo,
   type PipelineSource,
 } from './pipeline-file.ts';
+export { findForge, forgeName, forgeOf } from './registry.ts';
 export {
-  type ForgeKind,
   isCommitSha,
   parseWebhook,
   readWebhookHeaders,
   signBody,
   verifySignature,
-  WEBHOOK_HEADERS,
   type WebhookHeaders,
-  type WebhookIntent,
+  webhookHeaders,
 } from './webhook.ts';

@@ -3,23 +3,23 @@ import { dirname, isAbsolute, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MAX_PIPELINE_BYTES, PIPELINE_FILE } from '../pipeline/limits.ts';
 import {
-  apiBase,
   callForge,
   DEFAULT_TIMEOUT_MS,
   type ForgeAnswer,
-  type ForgeKind,
   ForgeRefusedError,
   ForgeTransportError,
   ForgeUnavailableError,
-  forgeHeaders,
-  forgeName,
+  forgeCall,
   transportErrorText,
 } from './client.ts';
+import type { Forge, ForgeKind } from './forge.ts';
+import { forgeOf } from './registry.ts';
 
 export { ForgeUnavailableError } from './client.ts';
 
-// Reads the pipeline file of one commit: from GitHub's contents API, Gitea's raw file API, or
-// with git from a repository on this machine (local development and demos).
+// Reads the pipeline file of one commit: from the project's forge (its module names the file
+// API: GitHub's contents, Gitea's raw file, GitLab's repository files), or with git from a
+// repository on this machine (local development and demos).
 //
 // Every outcome is one of three kinds, because the caller acts differently on each:
 // - the text;
@@ -31,11 +31,11 @@ export { ForgeUnavailableError } from './client.ts';
 
 export interface PipelineSource {
   forge: ForgeKind;
-  /** `owner/name` on the forge. */
+  /** `owner/name` on the forge (GitLab: `group/sub/name`). */
   repo: string;
   /** What runners clone; a local path or file:// URL is read with git instead of the forge's API. */
   repoUrl: string;
-  /** Gitea's base URL; unused for GitHub. */
+  /** The forge's base URL (Gitea's, GitLab's); unused for GitHub. */
   forgeUrl: string | null;
   /** GitHub's REST API base, e.g. `https://api.github.com` or `https://ghe.example/api/v3`. */
   githubApiUrl: string;
@@ -65,7 +65,7 @@ export async function fetchPipelineFile(
   const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const file = opts.path ?? PIPELINE_FILE;
   if (isLocalRepo(src.repoUrl)) return readFromGit(src.repoUrl, src.sha, timeoutMs, file);
-  const request = forgeRequest(src, file);
+  const request = forgeRequest(src);
   if ('found' in request) return request;
   return readFromForge(src, request, timeoutMs, file);
 }
@@ -80,51 +80,40 @@ const tooLarge = (sha: string, file: string): FetchResult => ({
   reason: `${file} at ${sha} is larger than ${MAX_READ_BYTES / (1024 * 1024)} MiB`,
 });
 
-interface ForgeRequest {
+interface FileRequest {
+  forge: Forge;
   /** The base URL as configured, named in error messages. */
   base: string;
-  url: string;
-  headers: Record<string, string>;
+  api: string;
 }
 
-function forgeRequest(src: PipelineSource, file: string): ForgeRequest | FetchResult {
-  const parts = src.repo.split('/');
-  const [owner, name] = parts;
-  if (parts.length !== 2 || !owner || !name) {
+function forgeRequest(src: PipelineSource): FileRequest | FetchResult {
+  const forge = forgeOf(src.forge);
+  if (!forge.isRepo(src.repo)) {
     return {
       found: false,
-      reason: `the project's repo ${JSON.stringify(src.repo)} is not owner/name`,
+      reason: `the project's repo ${JSON.stringify(src.repo)} is not ${forge.repoShape}`,
     };
   }
-  const api = apiBase(src.forge, { githubApiUrl: src.githubApiUrl, forgeUrl: src.forgeUrl });
+  const api = forge.apiBase({ githubApiUrl: src.githubApiUrl, forgeUrl: src.forgeUrl });
   if (api === null) {
-    return { found: false, reason: 'the project has no forge_url: the Gitea base URL is needed' };
-  }
-  const path = `repos/${encodeURIComponent(owner)}/${encodeURIComponent(name)}`;
-  const ref = encodeURIComponent(src.sha);
-  const filePath = file.split('/').map(encodeURIComponent).join('/');
-  if (src.forge === 'github') {
     return {
-      base: api,
-      url: `${api}/${path}/contents/${filePath}?ref=${ref}`,
-      // The raw media type answers the file's bytes instead of base64 inside JSON.
-      headers: forgeHeaders('github', src.token, 'application/vnd.github.raw+json'),
+      found: false,
+      reason: `the project has no forge_url: the ${forge.title} base URL is needed`,
     };
   }
-  return {
-    base: (src.forgeUrl ?? '').replace(/\/+$/, ''),
-    url: `${api}/${path}/raw/${filePath}?ref=${ref}`,
-    headers: forgeHeaders('gitea', src.token, '*/*'),
-  };
+  // GitHub is named by its API base; the others by the base URL the project gives.
+  const base = forge.forgeUrl.required || forge.forgeUrl.default ? (src.forgeUrl ?? api) : api;
+  return { forge, base: base.replace(/\/+$/, ''), api };
 }
 
 async function readFromForge(
   src: PipelineSource,
-  request: ForgeRequest,
+  request: FileRequest,
   timeoutMs: number,
   file: string,
 ): Promise<FetchResult> {
-  const forge = `${forgeName(src.forge)} at ${request.base}`;
+  const forge = `${request.forge.title} at ${request.base}`;
   const unavailable = (what: string, cause?: unknown) =>
     new ForgeUnavailableError(
       `${forge} ${what} while reading ${file} at ${src.sha}`,
@@ -134,12 +123,17 @@ async function readFromForge(
   try {
     // One deadline for the answer and the body: a forge that trickles bytes
     // is as stuck as one that never answers.
-    answer = await callForge({
-      url: request.url,
-      headers: request.headers,
-      timeoutMs,
-      maxBytes: MAX_READ_BYTES,
-    });
+    answer = await callForge(
+      forgeCall(
+        request.forge,
+        src.token,
+        request.forge.file(request.api, src.repo, src.sha, file),
+        {
+          timeoutMs,
+          maxBytes: MAX_READ_BYTES,
+        },
+      ),
+    );
   } catch (error) {
     // An address the control plane may not call, or a redirect: the
     // project's URL is wrong, and no retry fixes it.

@@ -1,28 +1,30 @@
-// Posting one commit status to GitHub or Gitea, through the forge client:
+// Posting one commit status to the project's forge, through the forge client
+// (the forge's module says where and in which words: Forge.status):
 //
 //   GitHub  POST {api}/repos/{owner}/{repo}/statuses/{sha}
 //   Gitea   POST {forge_url}/api/v1/repos/{owner}/{repo}/statuses/{sha}
+//   GitLab  POST {forge_url}/api/v4/projects/{group%2Fname}/statuses/{sha}
 //
 // Which statuses to post, when, and what to do with a failure is
 // lib/app/statuses.ts (the outbox's deliverer); this module only speaks to
 // the forge and says whether a failure may pass.
 import {
-  apiBase,
   callForge,
   type ForgeAnswer,
-  type ForgeKind,
   ForgeRefusedError,
   ForgeTransportError,
-  forgeHeaders,
+  forgeCall,
   transportErrorText,
 } from './client.ts';
+import type { ForgeKind } from './forge.ts';
+import { forgeOf } from './registry.ts';
 
 /** Where a project's statuses go. */
 export interface StatusTarget {
   forge: ForgeKind;
   /** `owner/name` on the forge. */
   repo: string;
-  /** Gitea's base URL; unused for GitHub. */
+  /** The forge's base URL (Gitea's, GitLab's); unused for GitHub. */
   forgeUrl: string | null;
   /** GitHub's REST API base. */
   githubApiUrl: string;
@@ -76,28 +78,19 @@ export async function postStatus(
   status: CommitStatus,
   timeoutMs = 10_000,
 ): Promise<void> {
-  const [owner, name] = target.repo.split('/').map(encodeURIComponent);
-  const base = apiBase(target.forge, {
-    githubApiUrl: target.githubApiUrl,
-    forgeUrl: target.forgeUrl,
-  });
+  const forge = forgeOf(target.forge);
+  const base = forge.apiBase({ githubApiUrl: target.githubApiUrl, forgeUrl: target.forgeUrl });
   if (base === null) throw new StatusRefusedError('the project has no forge_url');
-  const url = `${base}/repos/${owner}/${name}/statuses/${status.sha}`;
-  const body = {
+  const request = forge.status(base, target.repo, status.sha, {
     state: status.state,
     context: statusContext(status.pipelineName, status.trusted),
     description: status.description,
-    ...(status.targetUrl ? { target_url: status.targetUrl } : {}),
-  };
+    ...(status.targetUrl ? { targetUrl: status.targetUrl } : {}),
+  });
+  const url = request.url;
   let res: ForgeAnswer;
   try {
-    res = await callForge({
-      method: 'POST',
-      url,
-      headers: { ...forgeHeaders(target.forge, target.token), 'Content-Type': 'application/json' },
-      body: JSON.stringify(body),
-      timeoutMs,
-    });
+    res = await callForge(forgeCall(forge, target.token, request, { timeoutMs }));
   } catch (err) {
     // An address the control plane may not call, or a redirect: the
     // project's URL is wrong, and retrying will not right it.

@@ -14,6 +14,7 @@ export interface Route {
 export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/v1/webhooks/github', fn: 'webhook' },
   { method: 'POST', path: '/v1/webhooks/gitea', fn: 'webhook' },
+  { method: 'POST', path: '/v1/webhooks/gitlab', fn: 'webhook' },
   { method: 'POST', path: '/v1/runner/claim', fn: 'claim' },
   { method: 'POST', path: '/v1/runner/tasks/{id}/heartbeat', fn: 'heartbeat' },
   { method: 'POST', path: '/v1/runner/tasks/{id}/logs', fn: 'logs' },

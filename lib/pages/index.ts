@@ -19,6 +19,7 @@ import {
   endSession,
   findSession,
   finishSignIn,
+  forgeName,
   type PeopleGate,
   type Person,
   purgeEndedSessions,
@@ -542,7 +543,7 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
       who?.person.kind === 'forge' ? await readableProjects(ctx, people, who.person) : undefined;
     const home = await renderHome(ctx.pool, { ...viewer, only: readable?.ids });
     if (!readable?.unanswered || who?.person.kind !== 'forge') return htmlReply(200, home);
-    const notice = html`<p class="notice">${who.person.forge === 'github' ? 'GitHub' : 'Gitea'} did not answer; some projects may be missing. Reload in a moment.</p>`;
+    const notice = html`<p class="notice">${forgeName(who.person.forge)} did not answer; some projects may be missing. Reload in a moment.</p>`;
     return htmlReply(200, home.replace('<h1>Projects</h1>', `<h1>Projects</h1>${notice}`));
   }),
   'GET /projects/{id}': asPage(async (event, ctx, _act, people) => {

@@ -3,7 +3,9 @@
 
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { forgeName } from '../people/index.ts';
 import { listJobs } from '../scheduler/views.ts';
+import type { Forge as ForgeKind } from '../states.ts';
 import { durationText, type Html, html, page, shortRef, timeEl } from './html.ts';
 
 export const JOBS_PER_PAGE = 25;
@@ -149,11 +151,11 @@ export function renderLogin(opts: {
   next: string;
   error?: string;
   signedIn: boolean;
-  forges?: readonly ('github' | 'gitea')[];
+  forges?: readonly ForgeKind[];
 }): string {
   const forges = (opts.forges ?? []).map(
     (f) =>
-      html`<p><a class="button" data-sign-in="${f}" href="/login/${f}?next=${encodeURIComponent(opts.next)}">Sign in with ${f === 'github' ? 'GitHub' : 'Gitea'}</a></p>`,
+      html`<p><a class="button" data-sign-in="${f}" href="/login/${f}?next=${encodeURIComponent(opts.next)}">Sign in with ${forgeName(f)}</a></p>`,
   );
   const body = html`<h1>Sign in</h1>
 ${forges.length ? html`${forges}<p class="muted">You may do on a project what the forge lets you do on its repository: read to see it, write to rerun, cancel or approve.</p><h2>Admin token</h2>` : ''}

@@ -1,6 +1,8 @@
 // Sign-in with a forge, the pages' side: the cookie that binds a sign-in's
 // state to the browser, and the page that follows a sign-in.
+import { forgeName } from '../people/index.ts';
 import { STATE_COOKIE, STATE_TTL_S } from '../people/oauth.ts';
+import type { Forge as ForgeKind } from '../states.ts';
 import { isLoopbackHost } from './access.ts';
 import { html, page } from './html.ts';
 
@@ -25,10 +27,10 @@ export function signInCookie(
  * and the browser would hold back the new SameSite=Strict session cookie on
  * it; a navigation this page starts is the site's own.
  */
-export function renderSignedIn(forge: 'github' | 'gitea', login: string, next: string): string {
+export function renderSignedIn(forge: ForgeKind, login: string, next: string): string {
   const body = html`<meta http-equiv="refresh" content="${`0;url=${next}`}">
 <h1>Signed in</h1>
-<p>Signed in with ${forge === 'github' ? 'GitHub' : 'Gitea'} as <strong data-signed-in-as>@${login}</strong>.</p>
+<p>Signed in with ${forgeName(forge)} as <strong data-signed-in-as>@${login}</strong>.</p>
 <p><a href="${next}" data-continue>Continue</a></p>`;
   return page({ title: 'Signed in', body, signedIn: false });
 }

@@ -3,11 +3,12 @@
 // lib/app/people.ts, which reads the project and its token; the pages get it
 // handed in as a PeopleGate.
 import type { AppContext } from '../context.ts';
-import type { ForgeKind } from '../forge/client.ts';
+import type { ForgeKind } from '../forge/forge.ts';
 import type { OAuthForge } from './oauth.ts';
 import type { Action } from './permissions.ts';
 import type { Person } from './sessions.ts';
 
+export { forgeName } from '../forge/registry.ts';
 export { type AuditEntry, type AuditEvent, jobAuditEvents } from './audit.ts';
 export { peopleNow, setPeopleClock } from './clock.ts';
 export { finishSignIn, type OAuthForge, SignInError, STATE_COOKIE, startSignIn } from './oauth.ts';

@@ -16,14 +16,9 @@ import { createHash } from 'node:crypto';
 import * as oauth from 'oauth4webapi';
 import { type Pool, transaction } from '../db/index.ts';
 import { AppError } from '../errors.ts';
-import {
-  callForge,
-  type ForgeKind,
-  ForgeRefusedError,
-  ForgeTransportError,
-  forgeHeaders,
-  forgeName,
-} from '../forge/client.ts';
+import { callForge, ForgeRefusedError, ForgeTransportError } from '../forge/client.ts';
+import type { ForgeKind } from '../forge/forge.ts';
+import { forgeName, forgeOf } from '../forge/registry.ts';
 import { peopleNow } from './clock.ts';
 
 /** How long a sign-in may take at the forge before its state is refused. */
@@ -31,10 +26,10 @@ export const STATE_TTL_S = 10 * 60;
 /** The cookie that binds a sign-in's state to the browser that started it. */
 export const STATE_COOKIE = 'conductor_oauth';
 
-/** One forge's OAuth settings (lib/config.ts: CONDUCTOR_GITHUB_*, CONDUCTOR_GITEA_*). */
+/** One forge's OAuth settings (lib/config.ts: CONDUCTOR_GITHUB_*, CONDUCTOR_GITEA_*, CONDUCTOR_GITLAB_*). */
 export interface OAuthForge {
   forge: ForgeKind;
-  /** Where `/login/oauth/authorize` and `/login/oauth/access_token` are. */
+  /** Where the authorize and token endpoints are (Forge.oauth names their paths). */
   oauthUrl: string;
   /** The API base (`/user` is read there). */
   apiUrl: string;
@@ -54,18 +49,16 @@ export class SignInError extends AppError {
   }
 }
 
-/** Identity scopes only: GitHub's public profile needs none; Gitea names read:user. */
-const SCOPES: Readonly<Record<ForgeKind, string>> = { github: '', gitea: 'read:user' };
-
 const hash = (state: string) => createHash('sha256').update(state, 'utf8').digest();
 const trim = (url: string) => url.replace(/\/+$/, '');
 
 function server(f: OAuthForge): oauth.AuthorizationServer {
   const base = trim(f.oauthUrl);
+  const { oauth: endpoints } = forgeOf(f.forge);
   return {
     issuer: base,
-    authorization_endpoint: `${base}/login/oauth/authorize`,
-    token_endpoint: `${base}/login/oauth/access_token`,
+    authorization_endpoint: endpoints.authorizeUrl(base),
+    token_endpoint: endpoints.tokenUrl(base),
   };
 }
 
@@ -85,7 +78,9 @@ export async function startSignIn(
   url.searchParams.set('client_id', f.clientId);
   url.searchParams.set('redirect_uri', redirectUri);
   url.searchParams.set('response_type', 'code');
-  if (SCOPES[f.forge]) url.searchParams.set('scope', SCOPES[f.forge]);
+  // Identity scopes only (Forge.oauth.scope): GitHub's public profile needs none.
+  const scope = forgeOf(f.forge).oauth.scope;
+  if (scope) url.searchParams.set('scope', scope);
   url.searchParams.set('state', state);
   url.searchParams.set('code_challenge', challenge);
   url.searchParams.set('code_challenge_method', 'S256');
@@ -243,14 +238,14 @@ export async function finishSignIn(
   return { login: await readLogin(f, accessToken), next: kept.next };
 }
 
-/** The login of the person whose token this is (GitHub's `/user`, Gitea's `/api/v1/user`). */
+/** The login of the person whose token this is (`/user` under the forge's API: GitHub's, Gitea's, GitLab's). */
 async function readLogin(f: OAuthForge, token: string): Promise<string> {
   const name = forgeName(f.forge);
   let answer: Awaited<ReturnType<typeof callForge>>;
   try {
     answer = await callForge({
       url: `${trim(f.apiUrl)}/user`,
-      headers: forgeHeaders(f.forge, token),
+      headers: forgeOf(f.forge).headers(token),
       timeoutMs: f.timeoutMs,
     });
   } catch (err) {
@@ -260,7 +255,7 @@ async function readLogin(f: OAuthForge, token: string): Promise<string> {
   if (answer.kind === 'retryable' || answer.kind === 'rate_limited') throw unavailable(f, null);
   let login: unknown;
   try {
-    login = (JSON.parse(answer.body?.toString('utf8') ?? '') as { login?: unknown }).login;
+    login = forgeOf(f.forge).oauth.login(JSON.parse(answer.body?.toString('utf8') ?? ''));
   } catch {
     login = undefined;
   }

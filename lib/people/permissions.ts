@@ -3,7 +3,7 @@
 // kept for at most five minutes, so someone removed from the repository loses
 // access within that time.
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
-import type { ForgeKind } from '../forge/client.ts';
+import type { ForgeKind } from '../forge/forge.ts';
 import type { RepoPermission } from '../forge/permission.ts';
 import { peopleNow } from './clock.ts';
 

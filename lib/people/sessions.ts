@@ -5,7 +5,7 @@
 // no session.
 import { createHash } from 'node:crypto';
 import { type Pool, type Queryable, transaction } from '../db/index.ts';
-import type { ForgeKind } from '../forge/client.ts';
+import type { ForgeKind } from '../forge/forge.ts';
 import { peopleNow } from './clock.ts';
 
 /** Who acts: the admin token (a session, or the API's bearer), or a person signed in with a forge. */

@@ -144,7 +144,7 @@ test('a malformed project is a 400 naming the field, and creates nothing', async
     ['id too long', { ...good, id: 'a'.repeat(64) }, 'id'],
     ['id a number', { ...good, id: 7 }, 'id'],
     ['name missing', { ...good, name: undefined }, 'name'],
-    ['forge unknown', { ...good, forge: 'gitlab' }, 'forge'],
+    ['forge unknown', { ...good, forge: 'bitbucket' }, 'forge'],
     ['repo without owner', { ...good, repo: 'fine' }, 'repo'],
     ['repo with three parts', { ...good, repo: 'a/b/c' }, 'repo'],
     ['repo_url not a URL', { ...good, repo_url: 'github.com/acme/fine' }, 'repo_url'],
