@@ -26,7 +26,7 @@ import {
   VISIBILITIES,
   type Visibility,
 } from '../states.ts';
-import { audit } from './audit.ts';
+import { audit, auditInstallation } from './audit.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 const REPO = /^[A-Za-z0-9_.-]+\/[A-Za-z0-9_.-]+$/;
@@ -206,6 +206,7 @@ export async function createProject(
   pool: Pool,
   keyring: Keyring,
   input: ProjectCreate,
+  by: Person = ADMIN_BEARER,
 ): Promise<{ project: ProjectView; webhook_secret: string }> {
   checkForgeUrl(input.forge, input.repo_url, input.forge_url);
   const secret = newWebhookSecret();
@@ -236,6 +237,11 @@ export async function createProject(
         ],
       );
       return rows[0]!;
+    });
+    await auditInstallation(pool, by, {
+      action: 'project.create',
+      subject: project.id,
+      detail: `${project.forge} ${project.repo}${project.org_groups.length > 0 ? `, org groups ${project.org_groups.join(', ')}` : ''}`,
     });
     return { project, webhook_secret: secret };
   } catch (err) {
@@ -375,16 +381,37 @@ export async function updateProject(
     action: 'settings',
     detail: Object.keys(input).join(', '),
   });
+  // The installation's audit too: org_groups reach other projects' jobs.
+  await auditInstallation(pool, by, {
+    action: 'project.update',
+    subject: id,
+    detail: [
+      Object.keys(input).join(', '),
+      ...(input.org_groups ? [`org groups: ${view.org_groups.join(', ') || 'none'}`] : []),
+    ].join('; '),
+  });
   return view;
 }
 
-/** Deletes a project with its jobs, logs and secrets. */
-export async function deleteProject(pool: Pool, id: string): Promise<void> {
+/** Deletes a project with its jobs, logs and secrets (its audit rows go too; the installation's audit keeps the deletion). */
+export async function deleteProject(
+  pool: Pool,
+  id: string,
+  by: Person = ADMIN_BEARER,
+): Promise<void> {
   const deleted = await transaction(pool, async (tx) => {
-    const { rowCount } = await tx.query('delete from projects where id = $1', [id]);
-    return rowCount === 1;
+    const { rows } = await tx.query<{ forge: string; repo: string }>(
+      'delete from projects where id = $1 returning forge, repo',
+      [id],
+    );
+    return rows[0];
   });
   if (!deleted) throw new NotFoundError(`project "${id}" does not exist`);
+  await auditInstallation(pool, by, {
+    action: 'project.delete',
+    subject: id,
+    detail: `${deleted.forge} ${deleted.repo}`,
+  });
 }
 
 /** Replaces the webhook secret; the old one stops working with this commit. */
