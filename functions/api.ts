@@ -9,7 +9,7 @@ import {
   listJobArtifacts,
   neededArtifactsFor,
 } from '../lib/app/artifacts.ts';
-import { auditJob, listProjectAudit } from '../lib/app/audit.ts';
+import { auditJob, listInstallationAudit, listProjectAudit } from '../lib/app/audit.ts';
 import {
   CacheRestoreSchema,
   CacheSaveSchema,
@@ -126,9 +126,9 @@ function pagesOrigin(event: HttpEvent, ctx: AppContext): string {
 }
 
 const routes: Record<string, Route> = {
-  'POST /v1/projects': async (event, ctx) => ({
+  'POST /v1/projects': async (event, ctx, by) => ({
     status: 201,
-    body: await createProject(ctx.pool, ctx.keyring, jsonBody(event, ProjectCreateSchema)),
+    body: await createProject(ctx.pool, ctx.keyring, jsonBody(event, ProjectCreateSchema), by),
   }),
   'GET /v1/projects': async (_event, ctx) => ({
     status: 200,
@@ -151,8 +151,8 @@ const routes: Record<string, Route> = {
       ),
     },
   }),
-  'DELETE /v1/projects/{id}': async (event, ctx) => {
-    await deleteProject(ctx.pool, pathParam(event, 'id'));
+  'DELETE /v1/projects/{id}': async (event, ctx, by) => {
+    await deleteProject(ctx.pool, pathParam(event, 'id'), by);
     return { status: 204 };
   },
   'POST /v1/projects/{id}/webhook-secret': async (event, ctx, by) => {
@@ -250,25 +250,29 @@ const routes: Record<string, Route> = {
       },
     };
   },
-  'POST /v1/workers': async (event, ctx) => ({
+  'POST /v1/workers': async (event, ctx, by) => ({
     status: 201,
-    body: await createWorker(ctx.pool, jsonBody(event, WorkerCreateSchema), ctx.gate),
+    body: await createWorker(ctx.pool, jsonBody(event, WorkerCreateSchema), ctx.gate, by),
   }),
   'GET /v1/workers': async (_event, ctx) => ({
     status: 200,
     body: { workers: await listWorkers(ctx.pool) },
   }),
-  'DELETE /v1/workers/{id}': async (event, ctx) => {
-    await revokeWorker(ctx.pool, idParam(event, 'id', 'worker'), ctx.gate);
+  'DELETE /v1/workers/{id}': async (event, ctx, by) => {
+    await revokeWorker(ctx.pool, idParam(event, 'id', 'worker'), ctx.gate, by);
     return { status: 204 };
   },
   'GET /v1/sessions': async (_event, ctx) => ({
     status: 200,
     body: { sessions: await openSessions(ctx) },
   }),
-  'DELETE /v1/sessions/{id}': async (event, ctx) => {
-    await revokeSession(ctx, idParam(event, 'id', 'session'));
+  'DELETE /v1/sessions/{id}': async (event, ctx, by) => {
+    await revokeSession(ctx, idParam(event, 'id', 'session'), by);
     return { status: 204 };
+  },
+  'GET /v1/audit': async (event, ctx) => {
+    const { limit, before } = queryParams(event, AuditQuery);
+    return { status: 200, body: { events: await listInstallationAudit(ctx.pool, limit, before) } };
   },
 };
 
@@ -290,9 +294,10 @@ Object.assign(routes, {
     status: 200,
     body: await listProjectCaches(ctx, pathParam(event, 'id')),
   }),
-  'DELETE /v1/projects/{id}/caches/{key}': async (event, ctx) => {
+  'DELETE /v1/projects/{id}/caches/{key}': async (event, ctx, by) => {
     const { scope } = queryParams(event, CacheDeleteQuery);
-    await deleteProjectCache(ctx, pathParam(event, 'id'), pathParam(event, 'key'), scope ?? null);
+    const [id, key] = [pathParam(event, 'id'), pathParam(event, 'key')];
+    await deleteProjectCache(ctx, id, key, scope ?? null, by);
     return { status: 204 };
   },
 } satisfies Record<string, Route>);

@@ -21,16 +21,21 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                  [--forge github|gitea|gitlab] [--forge-url URL] [--forge-token-file PATH|-]
                  [--name N] [--cancel-superseded true|false]
                  [--fork-pull-requests approve|run|ignore] [--visibility private|public]
-                 [--bot-pull-requests untrusted|trusted]
+                 [--bot-pull-requests untrusted|trusted] [--org-groups a,b]
                                             create a project; prints its webhook secret once
+                                            (--org-groups: the org: concurrency groups its
+                                            pipelines may use)
   project update ID [--name N] [--repo-url URL|PATH] [--forge-url URL | --drop-forge-url]
                  [--forge-token-file PATH|- | --drop-forge-token] [--enabled true|false]
                  [--cancel-superseded true|false] [--fork-pull-requests approve|run|ignore]
                  [--bot-pull-requests untrusted|trusted] [--visibility private|public]
+                 [--org-groups a,b]         (--org-groups "": in none)
                                             change the settings given (a new --forge-url
                                             drops the stored token unless one is given too;
                                             --drop-forge-url: back to the forge's public API)
   project show ID                           show a project
+  audit [--limit N] [--before ID]           the installation's own events (projects,
+                                            workers, sessions), newest first
   worker create --name NAME [--labels a,b] [--untrusted]
                 [--projects a,b | --all-projects] [--ephemeral]
                                             register a worker (--untrusted: it takes only
@@ -269,6 +274,8 @@ function parse(argv: string[]) {
       ephemeral: { type: 'boolean' },
       'fork-pull-requests': { type: 'string' },
       'bot-pull-requests': { type: 'string' },
+      'org-groups': { type: 'string' },
+      before: { type: 'string' },
       visibility: { type: 'string' },
       project: { type: 'string' },
       value: { type: 'string' },
@@ -286,6 +293,14 @@ function parse(argv: string[]) {
       help: { type: 'boolean', short: 'h' },
     },
   });
+}
+
+// `a,b` as a list; "" is the empty list.
+function listFlag(value: string): string[] {
+  return value
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => item !== '');
 }
 
 async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo): Promise<number> {
@@ -339,6 +354,13 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       case 'projects':
         print((await api('GET', '/v1/projects')).json);
         return 0;
+      case 'audit': {
+        const query = new URLSearchParams();
+        if (values.limit !== undefined) query.set('limit', values.limit);
+        if (values.before !== undefined) query.set('before', values.before);
+        print((await api('GET', `/v1/audit${query.size > 0 ? `?${query}` : ''}`)).json);
+        return 0;
+      }
       case 'project create': {
         const id = required(values, 'id');
         const created = await api('POST', '/v1/projects', {
@@ -360,6 +382,9 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
           ...(values.visibility ? { visibility: values.visibility } : {}),
           ...(values['bot-pull-requests']
             ? { bot_pull_requests: values['bot-pull-requests'] }
+            : {}),
+          ...(values['org-groups'] !== undefined
+            ? { org_groups: listFlag(values['org-groups']) }
             : {}),
         });
         print(created.json);
@@ -395,6 +420,7 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
         if (values['forge-url'] !== undefined && values['drop-forge-url']) {
           throw new UsageError('give --forge-url or --drop-forge-url, not both');
         }
+        if (values['org-groups'] !== undefined) changes.org_groups = listFlag(values['org-groups']);
         if (values['drop-forge-url']) changes.forge_url = null;
         if (values['drop-forge-token']) changes.forge_token = null;
         if (values['forge-token-file'] !== undefined) {

@@ -27,13 +27,25 @@ import { request as httpsRequest } from 'node:https';
 import { dirname, isAbsolute, join, relative, sep } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import picomatch from 'picomatch';
 import * as tar from 'tar';
+import {
+  MatchBudget,
+  MatchBudgetError,
+  PathPatternError,
+  pathMatcher,
+} from '../lib/pipeline/pathglob.ts';
 import { HttpStatusError, type RunnerClient } from './client.ts';
 import type { Task } from './protocol.ts';
 
 /** Most files one artifact or cache may gather; past it the task fails, naming the limit. */
 export const MAX_FILES = 100_000;
+
+/**
+ * Steps of matching one artifact's or cache's paths may take (the compile's
+ * matcher, lib/pipeline/pathglob.ts): ample for a checkout of MAX_FILES files,
+ * a second or so at worst; past it the task fails, naming the limit.
+ */
+export const MATCH_STEPS = 200_000_000;
 
 /** A file (or link) under the workspace that a pipeline's paths matched. */
 export interface Found {
@@ -151,11 +163,26 @@ async function pathInside(
  * running) fails the walk instead of listing a host directory.
  */
 export async function findFiles(root: string, patterns: string[]): Promise<Found[]> {
-  const expanded = patterns.flatMap((p) => {
-    const clean = p.replace(/^\.\//, '').replace(/\/+$/, '');
-    return [clean, `${clean}/**`];
-  });
-  const match = picomatch(expanded, { dot: true });
+  const clean = patterns.map((p) => p.replace(/^\.\//, '').replace(/\/+$/, ''));
+  let matcher: (path: string) => boolean;
+  try {
+    // A pattern that names a directory takes everything under it.
+    matcher = pathMatcher(clean, new MatchBudget(MATCH_STEPS), { under: true });
+  } catch (error) {
+    // The compile refuses these (lib/pipeline/schema.ts); a task queued before it did fails here.
+    if (!(error instanceof PathPatternError)) throw error;
+    throw new StorageError(`a path pattern cannot be used: ${error.message}`);
+  }
+  const match = (rel: string) => {
+    try {
+      return matcher(rel);
+    } catch (error) {
+      if (!(error instanceof MatchBudgetError)) throw error;
+      throw new StorageError(
+        `matching the paths took more than ${MATCH_STEPS} steps; simplify the patterns`,
+      );
+    }
+  };
   const realRoot = await realpath(root);
   const found: Found[] = [];
   const walk = async (relDir: string): Promise<void> => {

@@ -43,7 +43,7 @@ export const SIZE_BUDGET: Record<BundledFunction, number> = {
   api: 1536 * KB,
   sweep: 1536 * KB,
   // 600: the compile grew past 500 with this wave's pipeline features
-  // (changes: with picomatch 24 KB, inputs:, when:, concurrency:, the forge's
+  // (changes: with picomatch 24 KB, since replaced by lib/pipeline/pathglob.ts, inputs:, when:, concurrency:, the forge's
   // compare and branch calls); zod and yaml are still two thirds of it.
   compile: 600 * KB,
   claim: 500 * KB,

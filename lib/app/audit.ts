@@ -8,9 +8,13 @@ import { log } from '../log.ts';
 import {
   type AuditEntry,
   type AuditEvent,
+  type InstallationEntry,
+  type InstallationEvent,
   insertAuditEvent,
+  insertInstallationEvent,
   insertJobAuditEvent,
   listAuditEvents,
+  listInstallationEvents,
 } from '../people/audit.ts';
 import type { Person } from '../people/sessions.ts';
 
@@ -70,6 +74,41 @@ export async function listProjectAudit(
     actor: r.actor,
     action: r.action,
     ...(r.job_id ? { job_id: r.job_id } : {}),
+    detail: r.detail,
+    session_id: r.session_id,
+  }));
+}
+
+/**
+ * Records an event of the installation (a project created or deleted, a
+ * worker registered or revoked, a session ended), after it committed; as
+ * `audit`, a row that cannot be written is logged and the action stands.
+ */
+export async function auditInstallation(
+  db: Queryable,
+  person: Person,
+  entry: InstallationEntry,
+): Promise<void> {
+  try {
+    await insertInstallationEvent(db, person, entry);
+  } catch (err) {
+    log('error', 'an audit row could not be written', { err, action: entry.action });
+  }
+}
+
+/** The installation's events as the API shows them (`GET /v1/audit`), newest first. */
+export async function listInstallationAudit(
+  db: Queryable,
+  limit: number,
+  before?: number,
+): Promise<Array<Omit<InstallationEvent, 'actor_forge'>>> {
+  const rows = await listInstallationEvents(db, limit, before);
+  return rows.map((r) => ({
+    id: r.id,
+    at: r.at,
+    actor: r.actor,
+    action: r.action,
+    subject: r.subject,
     detail: r.detail,
     session_id: r.session_id,
   }));

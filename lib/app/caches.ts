@@ -9,6 +9,7 @@ import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
 import { log } from '../log.ts';
+import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import {
   attemptCache,
   type BlobStore,
@@ -29,6 +30,7 @@ import {
   writeScope,
 } from '../storage/index.ts';
 import { type Commit, finishAndCheck, storageLimits, storeOf } from './artifacts.ts';
+import { audit } from './audit.ts';
 
 const LeaseId = z.uuid({ message: 'must be a lease id' });
 const CacheKey = z
@@ -230,6 +232,7 @@ export async function deleteProjectCache(
   projectId: string,
   key: string,
   scope: string | null,
+  by: Person = ADMIN_BEARER,
 ): Promise<void> {
   const keys = await transaction(ctx.pool, (tx) => deleteCacheKey(tx, projectId, key, scope));
   if (keys.length === 0) {
@@ -237,5 +240,10 @@ export async function deleteProjectCache(
       `project ${projectId} has no cache "${key}"${scope ? ` in ${scope}` : ''}`,
     );
   }
+  await audit(ctx.pool, by, {
+    projectId,
+    action: 'cache',
+    detail: `${key} deleted${scope ? ` in ${scope}` : ' in every scope'} (${keys.length} ${keys.length === 1 ? 'entry' : 'entries'})`,
+  });
   await deleteObjects(storeOf(ctx), keys);
 }

@@ -9,7 +9,15 @@
 import { resolveHead } from '../forge/branch.ts';
 import { type CompareResult, type CompareSource, changedFiles } from '../forge/compare.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
-import { type CompiledTask, changesMatch, changesSkipReason } from '../pipeline/index.ts';
+import {
+  CHANGES_MATCH_STEPS,
+  type CompiledTask,
+  changesMatch,
+  changesSkipReason,
+  describeChanges,
+  MatchBudget,
+  MatchBudgetError,
+} from '../pipeline/index.ts';
 import type { JobRow } from '../scheduler/index.ts';
 
 /** Most changed files a job keeps to show; the rest are counted. */
@@ -120,11 +128,29 @@ export async function decideChanges(
     return { tasks, diff: { base: null, files: null, count: null, note: result.reason } };
   }
   const files = result.files;
-  const decided = tasks.map((task) =>
-    task.changes && !changesMatch(task.changes, files)
-      ? { ...task, pathSkipped: changesSkipReason(task.changes) }
-      : task,
-  );
+  // One budget for the whole job (pathglob.ts): a pipeline file of hostile
+  // patterns and a push of long names end here in bounded time, running
+  // every task as an unknown diff would. A matrix's expansions share their
+  // filter, so each distinct filter is matched once.
+  const budget = new MatchBudget(CHANGES_MATCH_STEPS);
+  const answers = new Map<string, boolean>();
+  let decided: ChangesDecision['tasks'];
+  try {
+    decided = tasks.map((task) => {
+      if (!task.changes) return task;
+      const key = describeChanges(task.changes);
+      let runs = answers.get(key);
+      if (runs === undefined) {
+        runs = changesMatch(task.changes, files, budget);
+        answers.set(key, runs);
+      }
+      return runs ? task : { ...task, pathSkipped: changesSkipReason(task.changes) };
+    });
+  } catch (error) {
+    if (!(error instanceof MatchBudgetError)) throw error;
+    const note = `matching the changes: patterns against ${files.length} changed files took more than ${CHANGES_MATCH_STEPS} steps, so every task runs`;
+    return { tasks, diff: { base: null, files: null, count: null, note } };
+  }
   return {
     tasks: decided,
     diff: {

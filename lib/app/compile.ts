@@ -113,6 +113,7 @@ export async function compileJob(
     baseRef: job.base_ref,
     schedule: job.schedule_name,
     inputs: job.inputs,
+    orgGroups: project.org_groups,
   };
   const files = new Map<string, IncludedFile>();
   let compiled: CompiledPipeline | null = null;

@@ -21,8 +21,15 @@ import {
   permits,
   rememberPermission,
 } from '../people/permissions.ts';
-import { endSessionById, listSessions, type Person, type SessionView } from '../people/sessions.ts';
+import {
+  ADMIN_BEARER,
+  endSessionById,
+  listSessions,
+  type Person,
+  type SessionView,
+} from '../people/sessions.ts';
 import { FORGES } from '../states.ts';
+import { auditInstallation } from './audit.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
 
 export { ADMIN_BEARER, actorName } from '../people/sessions.ts';
@@ -259,9 +266,14 @@ export function openSessions(ctx: AppContext): Promise<SessionView[]> {
 }
 
 /** Ends a session at once (`DELETE /v1/sessions/{id}`): its cookie opens nothing from now on. */
-export async function revokeSession(ctx: AppContext, id: string): Promise<void> {
+export async function revokeSession(
+  ctx: AppContext,
+  id: string,
+  by: Person = ADMIN_BEARER,
+): Promise<void> {
   if (!(await endSessionById(ctx.pool, id)))
     throw new NotFoundError(`session ${id} does not exist`);
+  await auditInstallation(ctx.pool, by, { action: 'session.revoke', subject: id });
 }
 
 /** What the pages get handed (lib/people's PeopleGate). */

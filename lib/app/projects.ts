@@ -27,7 +27,7 @@ import {
   VISIBILITIES,
   type Visibility,
 } from '../states.ts';
-import { audit } from './audit.ts';
+import { audit, auditInstallation } from './audit.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 // `owner/name`; GitLab's full path has subgroups between (`group/sub/name`),
@@ -79,6 +79,25 @@ const forgeUrl = z
   .regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL')
   .superRefine(plainUrl);
 
+/** Most `org:` groups one project may be in. */
+export const MAX_ORG_GROUPS = 50;
+
+/** `org_groups`: the names N of the `org:N` concurrency groups the project's pipelines may use. */
+const OrgGroupsSchema = z
+  .array(
+    z
+      .string()
+      .trim()
+      .min(1, 'must not be empty')
+      .max(196, 'must be at most 196 characters (the group is org: and the name)')
+      .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
+      .refine((name) => !name.startsWith('org:'), 'the name without org: (deploy, not org:deploy)')
+      // Groups are case-insensitive: stored as compiled group names are.
+      .transform((name) => name.toLowerCase()),
+  )
+  .max(MAX_ORG_GROUPS, `must list at most ${MAX_ORG_GROUPS} groups`)
+  .transform((names) => [...new Set(names)].sort());
+
 export const ProjectCreateSchema = z
   .strictObject({
     id: z
@@ -97,6 +116,7 @@ export const ProjectCreateSchema = z
     fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
     bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
     visibility: z.enum(VISIBILITIES).optional(),
+    org_groups: OrgGroupsSchema.optional(),
   })
   .superRefine((p, ctx) => {
     const forge = forgeOf(p.forge);
@@ -116,6 +136,7 @@ export const ProjectUpdateSchema = z.strictObject({
   fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
   bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
   visibility: z.enum(VISIBILITIES).optional(),
+  org_groups: OrgGroupsSchema.optional(),
 });
 export type ProjectUpdate = z.infer<typeof ProjectUpdateSchema>;
 
@@ -135,6 +156,8 @@ export interface ProjectView {
   bot_pull_requests: BotPullRequestPolicy;
   /** Stored for the job pages: `public` projects' pages are readable by anyone. */
   visibility: Visibility;
+  /** The names N of the `org:N` concurrency groups its pipelines may use (issue #46). */
+  org_groups: string[];
   has_forge_token: boolean;
   /**
    * The repository's default branch as the forge's webhooks last said it
@@ -155,7 +178,7 @@ export interface ProjectRow extends ProjectView {
 
 // `commit_statuses` says once, in the view, why a project gets no statuses.
 const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
-  fork_pull_requests, bot_pull_requests, visibility, forge_token_enc is not null as has_forge_token,
+  fork_pull_requests, bot_pull_requests, visibility, org_groups, forge_token_enc is not null as has_forge_token,
   default_branch,
   case when forge_token_enc is null then 'off: the project has no forge token'
        when repo_url !~ '^https?://' then 'off: the repository is not on a forge (a local path)'
@@ -194,6 +217,7 @@ export async function createProject(
   pool: Pool,
   keyring: Keyring,
   input: ProjectCreate,
+  by: Person = ADMIN_BEARER,
 ): Promise<{ project: ProjectView; webhook_secret: string }> {
   checkForgeUrl(input.forge, input.repo_url, input.forge_url);
   const secret = newWebhookSecret();
@@ -202,8 +226,8 @@ export async function createProject(
       const { rows } = await tx.query<ProjectView>(
         `insert into projects (id, name, forge, repo, repo_url, forge_url, webhook_secret_enc,
                                forge_token_enc, cancel_superseded, fork_pull_requests, visibility,
-                               bot_pull_requests)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                               bot_pull_requests, org_groups)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          returning ${VIEW}`,
         [
           input.id,
@@ -221,9 +245,15 @@ export async function createProject(
           input.fork_pull_requests ?? 'approve',
           input.visibility ?? 'private',
           input.bot_pull_requests ?? 'untrusted',
+          input.org_groups ?? [],
         ],
       );
       return rows[0]!;
+    });
+    await auditInstallation(pool, by, {
+      action: 'project.create',
+      subject: project.id,
+      detail: `${project.forge} ${project.repo}${project.org_groups.length > 0 ? `, org groups ${project.org_groups.join(', ')}` : ''}`,
     });
     return { project, webhook_secret: secret };
   } catch (err) {
@@ -331,7 +361,7 @@ export async function updateProject(
       `update projects
           set name = $2, repo_url = $3, forge_url = $4, forge_token_enc = $5, enabled = $6,
               cancel_superseded = $7, fork_pull_requests = $8, visibility = $9,
-              bot_pull_requests = $10, updated_at = now()
+              bot_pull_requests = $10, org_groups = $11, updated_at = now()
         where id = $1
         returning ${VIEW}`,
       [
@@ -345,6 +375,7 @@ export async function updateProject(
         input.fork_pull_requests ?? current.fork_pull_requests,
         input.visibility ?? current.visibility,
         input.bot_pull_requests ?? current.bot_pull_requests,
+        input.org_groups ?? current.org_groups,
       ],
     );
     return rows[0]!;
@@ -362,16 +393,37 @@ export async function updateProject(
     action: 'settings',
     detail: Object.keys(input).join(', '),
   });
+  // The installation's audit too: org_groups reach other projects' jobs.
+  await auditInstallation(pool, by, {
+    action: 'project.update',
+    subject: id,
+    detail: [
+      Object.keys(input).join(', '),
+      ...(input.org_groups ? [`org groups: ${view.org_groups.join(', ') || 'none'}`] : []),
+    ].join('; '),
+  });
   return view;
 }
 
-/** Deletes a project with its jobs, logs and secrets. */
-export async function deleteProject(pool: Pool, id: string): Promise<void> {
+/** Deletes a project with its jobs, logs and secrets (its audit rows go too; the installation's audit keeps the deletion). */
+export async function deleteProject(
+  pool: Pool,
+  id: string,
+  by: Person = ADMIN_BEARER,
+): Promise<void> {
   const deleted = await transaction(pool, async (tx) => {
-    const { rowCount } = await tx.query('delete from projects where id = $1', [id]);
-    return rowCount === 1;
+    const { rows } = await tx.query<{ forge: string; repo: string }>(
+      'delete from projects where id = $1 returning forge, repo',
+      [id],
+    );
+    return rows[0];
   });
   if (!deleted) throw new NotFoundError(`project "${id}" does not exist`);
+  await auditInstallation(pool, by, {
+    action: 'project.delete',
+    subject: id,
+    detail: `${deleted.forge} ${deleted.repo}`,
+  });
 }
 
 /** Replaces the webhook secret; the old one stops working with this commit. */

@@ -6,7 +6,9 @@ import type { HttpEvent } from '../http/index.ts';
 import { type IdleGate, openGate } from '../idle/gate.ts';
 import { entryOf, publishWorker } from '../idle/workers.ts';
 import { log } from '../log.ts';
+import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import { WORKER_BY_TOKEN, workerByTokenFor } from '../scheduler/worker-token.ts';
+import { auditInstallation } from './audit.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -67,6 +69,7 @@ export async function createWorker(
   pool: Pool,
   input: WorkerCreate,
   gate?: IdleGate,
+  by: Person = ADMIN_BEARER,
 ): Promise<{ worker: WorkerView; token: string }> {
   const token = newToken('cw');
   const labels = [...new Set(input.labels)].sort();
@@ -113,7 +116,24 @@ export async function createWorker(
     }
     await openGate(gate);
   }
+  await auditInstallation(pool, by, {
+    action: 'worker.create',
+    subject: worker.id,
+    detail: workerDetail(input.name, { ...input, labels, projects }),
+  });
   return { worker, token };
+}
+
+// A worker as the installation's audit names it: its pool (trusted or
+// untrusted, ephemeral), labels and project scope.
+function workerDetail(
+  name: string,
+  w: { labels: string[]; projects: string[] | null; untrusted: boolean; ephemeral: boolean },
+): string {
+  const pool = `${w.untrusted ? 'untrusted' : 'trusted'}${w.ephemeral ? ', ephemeral' : ''}`;
+  const labels = w.labels.length > 0 ? w.labels.join(', ') : 'none';
+  const scope = w.projects ? `projects ${w.projects.join(', ')}` : 'every project';
+  return `${name}: ${pool}; labels ${labels}; ${scope}`;
 }
 
 /** Every worker, newest first, revoked ones included. */
@@ -130,9 +150,15 @@ export async function listWorkers(db: Queryable): Promise<WorkerView[]> {
  * revocation after the commit; if the bucket refuses, a 503 says to repeat
  * the revocation (the database already refuses the token).
  */
-export async function revokeWorker(pool: Pool, id: string, gate?: IdleGate): Promise<void> {
+export async function revokeWorker(
+  pool: Pool,
+  id: string,
+  gate?: IdleGate,
+  by: Person = ADMIN_BEARER,
+): Promise<void> {
   const found = await transaction(pool, async (tx) => {
     const { rows } = await tx.query<{
+      name: string;
       token_hash: Buffer;
       labels: string[];
       projects: string[] | null;
@@ -140,12 +166,17 @@ export async function revokeWorker(pool: Pool, id: string, gate?: IdleGate): Pro
       ephemeral: boolean;
     }>(
       `update workers set revoked = true where id = $1
-       returning token_hash, labels, projects, untrusted, ephemeral`,
+       returning name, token_hash, labels, projects, untrusted, ephemeral`,
       [id],
     );
     return rows[0];
   });
   if (!found) throw new NotFoundError(`worker ${id} does not exist`);
+  await auditInstallation(pool, by, {
+    action: 'worker.revoke',
+    subject: id,
+    detail: workerDetail(found.name, found),
+  });
   if (gate) {
     try {
       await publishWorker(gate, found.token_hash, entryOf({ ...found, revoked: true }));

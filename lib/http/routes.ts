@@ -47,6 +47,7 @@ export const ROUTES: readonly Route[] = [
   { method: 'DELETE', path: '/v1/workers/{id}', fn: 'api' },
   { method: 'GET', path: '/v1/sessions', fn: 'api' },
   { method: 'DELETE', path: '/v1/sessions/{id}', fn: 'api' },
+  { method: 'GET', path: '/v1/audit', fn: 'api' },
   // Artifacts and caches (docs/artifacts.md): people's routes, then the
   // runner's (lease-checked like heartbeat and complete), on the api function.
   { method: 'GET', path: '/v1/jobs/{id}/artifacts', fn: 'api' },

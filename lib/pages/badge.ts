@@ -2,8 +2,10 @@
 // shields.io-style SVG, "conductor | passing" (or failing, running, none),
 // for the latest job of the ref. A public project's badge is anyone's; a
 // private one's only with the signed badge URL its project page shows (an
-// HMAC of the project id under the keyring: it never expires, and rotating
-// the keyring's primary key and dropping the old one revokes it).
+// HMAC of the project id and the ref under the keyring: it never expires,
+// opens that ref's badge alone, and rotating the keyring's primary key and
+// dropping the old one revokes it). Issue #46: a signature of the project
+// alone answered for every ref, `refs/pull/77/head` and hidden branches too.
 import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
 import type { Pool } from '../db/index.ts';
 import type { Reply } from '../http/index.ts';
@@ -22,26 +24,36 @@ const COLOURS: Readonly<Record<BadgeState, string>> = {
 export const BADGE_MAX_AGE_S = 60;
 
 function badgeKey(key: Buffer): Buffer {
-  return Buffer.from(hkdfSync('sha256', key, 'conductor pages', 'conductor badge v1', 32));
+  // v2: the project and the ref (v1 signed the project alone, and no longer opens anything).
+  return Buffer.from(hkdfSync('sha256', key, 'conductor pages', 'conductor badge v2', 32));
 }
 
-function badgeMac(key: Buffer, projectId: string): Buffer {
-  return createHmac('sha256', badgeKey(key)).update(projectId, 'utf8').digest();
+// The ref as the URL gives it ('' for none: the latest job of any branch);
+// a NUL cannot be in a project id, so no two pairs sign alike.
+function badgeMac(key: Buffer, projectId: string, ref: string | null): Buffer {
+  return createHmac('sha256', badgeKey(key))
+    .update(`${projectId}\0${ref ?? ''}`, 'utf8')
+    .digest();
 }
 
-/** The `sig` of a project's badge URL. */
-export function signBadge(keyring: Keyring, projectId: string): string {
+/** The `sig` of a project's badge URL for one ref (null: any branch's latest job). */
+export function signBadge(keyring: Keyring, projectId: string, ref: string | null): string {
   const key = keyring.keys.get(keyring.primaryId);
   if (!key) throw new Error('the keyring has no primary key');
-  return badgeMac(key, projectId).toString('base64url');
+  return badgeMac(key, projectId, ref).toString('base64url');
 }
 
-/** Whether `sig` opens the project's badge (under any key of the keyring). */
-export function verifyBadge(keyring: Keyring, projectId: string, sig: string): boolean {
+/** Whether `sig` opens the project's badge for this ref (under any key of the keyring). */
+export function verifyBadge(
+  keyring: Keyring,
+  projectId: string,
+  ref: string | null,
+  sig: string,
+): boolean {
   const given = Buffer.from(sig, 'base64url');
   if (given.length !== 32 || given.toString('base64url') !== sig) return false;
   for (const key of keyring.keys.values()) {
-    if (timingSafeEqual(badgeMac(key, projectId), given)) return true;
+    if (timingSafeEqual(badgeMac(key, projectId, ref), given)) return true;
   }
   return false;
 }
@@ -121,7 +133,7 @@ export async function badgeReply(
     visibility === 'public' ||
     (visibility !== undefined &&
       query.sig !== undefined &&
-      verifyBadge(keyring, projectId, query.sig));
+      verifyBadge(keyring, projectId, query.ref ?? null, query.sig));
   if (!allowed) {
     return {
       status: 404,

@@ -559,7 +559,14 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const { before } = queryParams(event, ProjectQuery);
     const extras =
       visibility === null ? '' : await projectExtras(event, ctx, people, id, who, visibility);
-    return htmlReply(200, await renderProject(ctx.pool, id, viewer, before, Date.now(), extras));
+    // The build hosts (names, pools, labels, scope) only to the admin and to
+    // people who may write (issue #46: any signed-in account saw them).
+    const workers =
+      who !== null && visibility !== null && (await mayRun(ctx, people, who.person, id)).allowed;
+    return htmlReply(
+      200,
+      await renderProject(ctx.pool, id, { ...viewer, workers }, before, Date.now(), extras),
+    );
   }),
   'POST /projects/{id}/run': runForm,
   'GET /projects/{id}/badge.svg': async (event, ctx) => {

@@ -90,7 +90,8 @@ export async function projectVisibility(db: Queryable, id: string): Promise<stri
 export async function renderProject(
   db: Queryable,
   id: string,
-  viewer: { signedIn: boolean; csrf?: string },
+  /** `workers`: the viewer may see the workers (the admin, or write permission). */
+  viewer: { signedIn: boolean; csrf?: string; workers?: boolean },
   before: number | undefined,
   now = Date.now(),
   /** The Run form, schedules and badge (lib/pages/run.ts), below the jobs. */
@@ -107,7 +108,7 @@ export async function renderProject(
   const shown = jobs.slice(0, JOBS_PER_PAGE);
   const last = shown[shown.length - 1];
   const pager = html`<nav class="pager" aria-label="pages">${before ? html`<a href="/projects/${encodeURIComponent(id)}">Newest</a>` : ''}${more && last ? html`<a href="/projects/${encodeURIComponent(id)}?before=${last.number}">Older jobs</a>` : ''}</nav>`;
-  const workers = viewer.signedIn ? await workersFor(db, id, now) : html``;
+  const workers = viewer.signedIn && viewer.workers ? await workersFor(db, id, now) : html``;
   const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}${extras}${workers}`;
   return page({ title: project.name, body, signedIn: viewer.signedIn, csrf: viewer.csrf });
 }

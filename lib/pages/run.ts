@@ -123,7 +123,7 @@ export async function renderBadgeSection(
   origin: string,
   isPublic: boolean,
 ): Promise<Html> {
-  const sig = isPublic ? null : signBadge(keyring, projectId);
+  const sig = isPublic ? null : signBadge(keyring, projectId, 'main');
   const path = badgePath(projectId, 'main', sig);
   const url = `${origin.replace(/\/+$/, '')}${path}`;
   const markdown = `[![conductor](${url})](${origin.replace(/\/+$/, '')}/projects/${encodeURIComponent(projectId)})`;

@@ -99,3 +99,59 @@ export async function jobAuditEvents(
   );
   return rows;
 }
+
+/** An event of the installation rather than of one project (issue #46): a project, worker or session. */
+export interface InstallationEntry {
+  /** `project.create`, `project.update`, `project.delete`, `worker.create`, `worker.revoke`, `session.revoke`. */
+  action: string;
+  /** The id of what it concerns. */
+  subject: string;
+  detail?: string;
+}
+
+export interface InstallationEvent {
+  id: number;
+  at: Date;
+  actor: string;
+  actor_forge: string | null;
+  session_id: string | null;
+  action: string;
+  subject: string;
+  detail: string;
+}
+
+/** Writes one row of the installation's audit. */
+export async function insertInstallationEvent(
+  db: Queryable,
+  person: Person,
+  entry: InstallationEntry,
+): Promise<void> {
+  await db.query(
+    `insert into installation_events (actor, actor_forge, session_id, action, subject, detail)
+     values ($1, $2, $3, $4, $5, $6)`,
+    [
+      actorName(person),
+      person.kind === 'forge' ? person.forge : null,
+      person.sessionId,
+      entry.action,
+      entry.subject,
+      entry.detail ?? '',
+    ],
+  );
+}
+
+/** The installation's audit rows, newest first; `before` is an event's id. */
+export async function listInstallationEvents(
+  db: Queryable,
+  limit: number,
+  before?: number,
+): Promise<InstallationEvent[]> {
+  const { rows } = await db.query<InstallationEvent>(
+    `select id, at, actor, actor_forge, session_id, action, subject, detail
+       from installation_events
+      where ($1::bigint is null or id < $1)
+      order by id desc limit $2`,
+    [before ?? null, limit],
+  );
+  return rows;
+}

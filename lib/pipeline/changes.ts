@@ -2,13 +2,14 @@
 // request must change for the task to run. Pure: the file list is the app's to
 // find (lib/app/changes.ts); this module reads the syntax and matches.
 //
-// Paths are matched with picomatch (`*` stays within a directory, `**` crosses
-// them, dot files match like any other). Ref patterns (`only:`) keep their own
-// matcher in glob.ts: there `*` crosses `/` and nothing else is special, and
-// pipelines written for it must keep meaning what they meant.
-import picomatch from 'picomatch';
+// Paths are matched by pathglob.ts (`*` stays within a directory, `**` crosses
+// them, dot files match like any other), in bounded steps: never a regular
+// expression a pattern could make backtrack. Ref patterns (`only:`) keep their
+// own matcher in glob.ts: there `*` crosses `/` and nothing else is special,
+// and pipelines written for it must keep meaning what they meant.
 import { z } from 'zod';
 import { describeValue, quote } from './messages.ts';
+import { MAX_MATCHED_PATH, MatchBudget, pathMatcher, pathPatternProblem } from './pathglob.ts';
 
 /** Most patterns one task's `changes:` may list. */
 export const MAX_CHANGE_PATTERNS = 100;
@@ -23,7 +24,11 @@ const PatternSchema = z
   .string()
   .min(1, 'a path pattern must not be empty')
   .max(500, 'a path pattern must be at most 500 characters')
-  .refine((pattern) => pattern !== '!', 'a path pattern must not be "!" alone');
+  .refine((pattern) => pattern !== '!', 'a path pattern must not be "!" alone')
+  .superRefine((pattern, ctx) => {
+    const problem = pathPatternProblem(pattern.startsWith('!') ? pattern.slice(1) : pattern);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem, input: pattern });
+  });
 
 const PatternListSchema = z
   .array(PatternSchema)
@@ -55,13 +60,30 @@ export const ChangesSchema = z
     return { include: changes.include ?? ['**'], exclude: changes.exclude ?? [] };
   });
 
-const OPTIONS = { dot: true } as const;
+/**
+ * Steps of matching one compile may spend on its `changes:` filters (a step
+ * is one pattern character against one path character): a few milliseconds
+ * for any real pipeline, well under a second for the worst a pipeline file can
+ * hold. Past it the diff counts as unknown (lib/app/changes.ts).
+ */
+export const CHANGES_MATCH_STEPS = 20_000_000;
 
-/** Tells whether a file list makes a task with this filter run: some file matches an include and no exclude. */
-export function changesMatch(changes: CompiledChanges, files: readonly string[]): boolean {
-  const include = picomatch(changes.include, OPTIONS);
-  const exclude = changes.exclude.length > 0 ? picomatch(changes.exclude, OPTIONS) : null;
-  return files.some((file) => include(file) && !(exclude?.(file) ?? false));
+/**
+ * Tells whether a file list makes a task with this filter run: some file
+ * matches an include and no exclude. A path longer than MAX_MATCHED_PATH is
+ * not matched and runs the task, as an unknown diff would. Throws
+ * MatchBudgetError when the budget runs out.
+ */
+export function changesMatch(
+  changes: CompiledChanges,
+  files: readonly string[],
+  budget: MatchBudget = new MatchBudget(CHANGES_MATCH_STEPS),
+): boolean {
+  const include = pathMatcher(changes.include, budget);
+  const exclude = changes.exclude.length > 0 ? pathMatcher(changes.exclude, budget) : null;
+  return files.some(
+    (file) => file.length > MAX_MATCHED_PATH || (include(file) && !(exclude?.(file) ?? false)),
+  );
 }
 
 /** Why a task with this filter was left out: `no changed file matches src/**` (excludes named too). */

@@ -7,7 +7,7 @@ import { refMatches } from './glob.ts';
 import { withDependents } from './graph.ts';
 import { type IncludedFiles, type ReadFile, readIncludes } from './include.ts';
 import { applyInputs, type CompiledInput, compileDeclarations, resolveInputs } from './inputs.ts';
-import { IssueList, PipelineError } from './issues.ts';
+import { IssueList, type PathSegment, PipelineError } from './issues.ts';
 import { describeBytes, MAX_JOB_BYTES, MAX_PIPELINE_BYTES, MAX_TASK_BYTES } from './limits.ts';
 import { quote, Suggester, type SuggestionCost } from './messages.ts';
 import { type Expansion, planTasks, type TaskPlan } from './plan.ts';
@@ -237,6 +237,7 @@ function compile(
   const pipeline = build(file, plans, merged.loc, trigger, issues);
   if (pipeline === null) throw issues.toError();
   withInputsAndWhen(pipeline, file, trigger, merged.loc, issues);
+  checkOrgGroups(file, trigger, merged.loc, issues);
   if (issues.size > 0) throw issues.toError();
   return pipeline;
 }
@@ -259,6 +260,34 @@ function withInputsAndWhen(
     if (when !== 'on_success') task.when = when;
   }
   if (file.inputs) pipeline.inputs = compileDeclarations(file.inputs);
+}
+
+// An `org:` group spans projects: a pipeline may name one only when its
+// project is in it (the project's `org_groups`, which an admin sets), so a
+// writer of one project cannot join, cancel or starve another's jobs by
+// naming its group (issue #46).
+function checkOrgGroups(file: PipelineFile, trigger: Trigger, root: Loc, issues: IssueList): void {
+  const allowed = trigger.orgGroups;
+  if (!allowed) return;
+  const check = (group: string | undefined, path: PathSegment[]) => {
+    if (!group?.startsWith('org:') || allowed.includes(group.slice(4))) return;
+    const list = allowed.length > 0 ? allowed.join(', ') : 'none';
+    issues.add(
+      locate(root, path, 'value'),
+      path,
+      `the project is not in the concurrency group ${group} (its org_groups: ${list}); an admin adds it to the project's org_groups`,
+    );
+  };
+  // Every task, those `only:` leaves out on this ref too: the file is wrong on every branch.
+  for (const [name, task] of Object.entries(file.tasks)) {
+    check(compileConcurrency(task.concurrency, trigger)?.group, [
+      'tasks',
+      name,
+      'concurrency',
+      'group',
+    ]);
+  }
+  check(compileConcurrency(file.concurrency, trigger)?.group, ['concurrency', 'group']);
 }
 
 // Schema problems at their locations, leaving out those in inherited values: each is reported

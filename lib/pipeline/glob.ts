@@ -9,6 +9,12 @@ export interface Trigger {
   schedule?: string | null;
   /** The inputs a manual or scheduled job was given, checked against `inputs:` (lib/pipeline/inputs.ts). */
   inputs?: Readonly<Record<string, unknown>> | null;
+  /**
+   * The names N of the `org:N` groups the project's pipelines may use
+   * (`org_groups`); a pipeline naming another is an error. Absent: not
+   * checked (`validate`, which knows no project).
+   */
+  orgGroups?: readonly string[] | null;
 }
 
 /**

@@ -1,7 +1,9 @@
 export {
+  CHANGES_MATCH_STEPS,
   type CompiledChanges,
   changesMatch,
   changesSkipReason,
+  describeChanges,
 } from './changes.ts';
 export {
   type CompiledBlock,
@@ -29,3 +31,4 @@ export {
   unsettledIncludes,
 } from './limits.ts';
 export { envFragment } from './names.ts';
+export { MatchBudget, MatchBudgetError } from './pathglob.ts';

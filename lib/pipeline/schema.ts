@@ -6,6 +6,7 @@ import type { PathSegment } from './issues.ts';
 import { MAX_OUTPUTS, MAX_SECRETS } from './limits.ts';
 import { describeValue, quote, type Suggester } from './messages.ts';
 import { envFragment, MATRIX_KEY_PATTERN, VAR_NAME_PATTERN } from './names.ts';
+import { pathPatternProblem } from './pathglob.ts';
 import { WhenSchema } from './when.ts';
 
 /** Timeout of a task when neither it nor the defaults set one: one hour. */
@@ -307,7 +308,13 @@ const WorkspacePathSchema = z
   .max(1024, 'must be at most 1024 characters')
   .refine((p) => !p.startsWith('/') && !p.startsWith('~'), 'must be relative to the checkout')
   .refine((p) => !p.split('/').includes('..'), 'must not leave the checkout ("..")')
-  .refine((p) => !/[\0\n\r]/.test(p), 'must be one line');
+  .refine((p) => !/[\0\n\r]/.test(p), 'must be one line')
+  .refine((p) => !p.startsWith('!'), 'paths cannot exclude (a leading !); write \\! to name a file')
+  .superRefine((p, ctx) => {
+    // The runner's matcher (lib/pipeline/pathglob.ts): refused here, at the line, not on the runner.
+    const problem = pathPatternProblem(p);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: problem, input: p });
+  });
 
 const ArtifactsSchema = z.strictObject({
   paths: z.array(WorkspacePathSchema).min(1, 'must list at least one path').max(100),

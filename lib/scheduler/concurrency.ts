@@ -21,6 +21,21 @@ const GROUP_KEY = (grp: string, project: string, trusted: string) =>
         when ${grp} like 'org:%' then ${grp} else ${project} || '/' || ${grp} end`;
 
 /**
+ * Whether a group's mode may act on a job of project `theirs` for a job of
+ * project `mine` (SQL): always within one project; across projects only in
+ * an `org:` group that both projects list in `org_groups` as it acts (the
+ * compile checks the list too, but a project may leave a group while its
+ * jobs wait in it). Issue #46: a writer of one project stopped another's.
+ */
+const MAY_ACT = (key: string, mine: string, theirs: string) =>
+  `(${theirs} = ${mine}
+    or (${key} like 'org:%'
+        and exists (select 1 from projects pm, projects pt
+                     where pm.id = ${mine} and pt.id = ${theirs}
+                       and substr(${key}, 5) = any (pm.org_groups)
+                       and substr(${key}, 5) = any (pt.org_groups))))`;
+
+/**
  * Stores the groups of a job's new tasks (key: `<project>/<group>`, or the
  * `org:<name>` group as it is), then applies their modes to the tasks of
  * older jobs in the same groups: `replace_pending` cancels those still
@@ -69,6 +84,7 @@ export async function joinGroupsTx(
          join jobs nj on nj.id = n.job_id
         where t.job_id = $1 and t.concurrency_key is not null
           and t.state in ('queued', 'waiting', 'blocked')
+          and ${MAY_ACT('t.concurrency_key', 'nj.project_id', '$2')}
         order by t.id, n.job_created_at desc
      )
      update tasks t
@@ -79,7 +95,7 @@ export async function joinGroupsTx(
        from newer w
       where t.id = w.id
       returning t.id, t.name`,
-    [job.id],
+    [job.id, job.project_id],
   );
   for (const row of late.rows) {
     await skipReachable(tx, [row.id], `skipped: ${row.name} was cancelled`);
@@ -103,13 +119,14 @@ export async function joinGroupsTx(
                          else format('%s by job #%s in group %s (%s)',
                                      case when m.mode = 'replace_pending' then 'replaced' else 'cancelled' end,
                                      (select number from me), m.grp, m.mode) end
-       from mine m
+       from mine m, jobs oj
       where o.concurrency_key = m.key and o.job_id <> $1 and o.job_created_at <= $2
         and o.trusted = $3
+        and oj.id = o.job_id and ${MAY_ACT('m.key', '$4', 'oj.project_id')}
         and (o.state in ('queued', 'waiting', 'blocked')
              or (m.mode = 'cancel_running' and o.state = 'running' and not o.cancel_requested))
       returning o.id, o.job_id, o.name, o.state`,
-    [job.id, job.created_at, job.trusted],
+    [job.id, job.created_at, job.trusted, job.project_id],
   );
   for (const row of rows) {
     if (row.state === 'cancelled') {
@@ -158,6 +175,7 @@ export async function applyJobGroupMode(pool: Pool, jobId: string): Promise<stri
            join jobs o on o.concurrency_key = j.concurrency_key and o.state = 'running'
                       and o.trusted = j.trusted
                       and (o.created_at, o.id) < (j.created_at, j.id)
+                      and ${MAY_ACT('j.concurrency_key', 'j.project_id', 'o.project_id')}
           where j.id = $1 and j.concurrency_mode in ('replace_pending', 'cancel_running')
             and (j.concurrency_mode = 'cancel_running' or not o.group_held)
           order by o.created_at

@@ -61,6 +61,14 @@ export interface TaskView {
 // are few, so reading them per queued task is cheap; other states never ask.
 const POOL = 'not w.revoked and w.untrusted = not t.trusted';
 const PROJECT = '(select jp.project_id from jobs jp where jp.id = t.job_id)';
+// Holders of an `org:` group from other projects are counted, never named:
+// job numbers are per project, and whoever reads this one's page may not
+// read theirs (issue #46). `rows` selects one row per such job.
+const OTHERS = (rows: string) =>
+  `(select case count(*) when 0 then null when 1 then 'a job of another project'
+                else count(*) || ' jobs of other projects' end
+      from (${rows}) others)`;
+
 // A task waiting for its concurrency group says which, who holds it and its
 // place in the group's queue (1: next).
 const GROUP_REASON = `case when t.state = 'queued' and t.concurrency_key is not null
@@ -70,10 +78,14 @@ const GROUP_REASON = `case when t.state = 'queued' and t.concurrency_key is not 
                      where o.concurrency_key = t.concurrency_key and o.state = 'queued'
                        and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
   then format('waiting for group %s%s, position %s', t.concurrency_group,
-              coalesce(', held by ' || (select string_agg('job #' || hj.number, ', ' order by hj.number)
-                                          from tasks h join jobs hj on hj.id = h.job_id
-                                         where h.concurrency_key = t.concurrency_key
-                                           and h.state = 'running'), ''),
+              coalesce(', held by ' || nullif(concat_ws(', ',
+                (select string_agg('job #' || hj.number, ', ' order by hj.number)
+                   from tasks h join jobs hj on hj.id = h.job_id
+                  where h.concurrency_key = t.concurrency_key and h.state = 'running'
+                    and hj.project_id = ${PROJECT}),
+                ${OTHERS(`select distinct hj.id from tasks h join jobs hj on hj.id = h.job_id
+                           where h.concurrency_key = t.concurrency_key and h.state = 'running'
+                             and hj.project_id <> ${PROJECT}`)}), ''), ''),
               1 + (select count(*) from tasks o
                     where o.concurrency_key = t.concurrency_key and o.state = 'queued'
                       and (o.job_created_at, o.position) < (t.job_created_at, t.position)))
@@ -96,10 +108,14 @@ const JOB_GROUP_REASON = `(select case when j.concurrency_key is not null and no
                            and (o.created_at, o.id) < (j.created_at, j.id)
                            and ${QUEUED_TASK}))
     then format('waiting for group %s%s, position %s', j.concurrency_group,
-                coalesce(', held by ' || (select string_agg('job #' || h.number, ', ' order by h.created_at)
-                                            from jobs h
-                                           where h.concurrency_key = j.concurrency_key
-                                             and h.state = 'running' and h.group_held), ''),
+                coalesce(', held by ' || nullif(concat_ws(', ',
+                  (select string_agg('job #' || h.number, ', ' order by h.created_at)
+                     from jobs h
+                    where h.concurrency_key = j.concurrency_key
+                      and h.state = 'running' and h.group_held and h.project_id = j.project_id),
+                  ${OTHERS(`select h.id from jobs h
+                             where h.concurrency_key = j.concurrency_key and h.state = 'running'
+                               and h.group_held and h.project_id <> j.project_id`)}), ''), ''),
                 1 + (select count(*) from jobs o
                       where o.concurrency_key = j.concurrency_key and o.state = 'running'
                         and not o.group_held and (o.created_at, o.id) < (j.created_at, j.id)

@@ -90,14 +90,23 @@ test('a private project: only the signed badge URL, and a 404 that hides whether
   const forged = await badge(`/projects/closed/badge.svg?ref=main&sig=${'A'.repeat(43)}`);
   assert.equal(forged.status, 404);
   // Another project's signature does not open this one.
-  const other = signBadge(stack.context.keyring, 'open');
+  const other = signBadge(stack.context.keyring, 'open', 'main');
   assert.equal((await badge(`/projects/closed/badge.svg?ref=main&sig=${other}`)).status, 404);
 
-  const sig = signBadge(stack.context.keyring, 'closed');
+  const sig = signBadge(stack.context.keyring, 'closed', 'main');
   const signed = await badge(`/projects/closed/badge.svg?ref=main&sig=${sig}`);
   assert.equal(signed.status, 200);
   assert.equal(signed.headers.get('cache-control'), 'private, max-age=60');
   assert.equal(stateOf(signed.text), 'passing');
+  // Issue #46: main's link opens main's badge alone, not a pull request's,
+  // nor tells a hidden branch from a missing one, nor any branch's latest.
+  for (const ref of ['refs/pull/77/head', 'secret-branch', 'no-such-branch', 'refs/heads/main']) {
+    const q = new URLSearchParams({ ref, sig });
+    const answer = await badge(`/projects/closed/badge.svg?${q}`);
+    assert.equal(answer.status, 404, ref);
+    assert.equal(answer.text, missing.text, ref);
+  }
+  assert.equal((await badge(`/projects/closed/badge.svg?sig=${sig}`)).status, 404);
 });
 
 test("the project page shows the badge's Markdown: the signed URL to people signed in to a private project", async () => {
@@ -108,7 +117,7 @@ test("the project page shows the badge's Markdown: the signed URL to people sign
   });
   const cookie = login.headers.getSetCookie()[0]!.split(';')[0]!;
   const page = await (await fetch(`${stack.url}/projects/closed`, { headers: { cookie } })).text();
-  const sig = signBadge(stack.context.keyring, 'closed');
+  const sig = signBadge(stack.context.keyring, 'closed', 'main');
   const markdown = /<pre data-badge-markdown>([^<]*)<\/pre>/.exec(page)?.[1];
   assert.ok(markdown, 'the page shows the Markdown');
   assert.equal(

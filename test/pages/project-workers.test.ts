@@ -1,7 +1,8 @@
 // The project page shows, to a signed-in viewer, the workers that may claim
 // the project's tasks and each one's scope (issue #28): a worker registered
 // for every project is one whose stolen token reaches this project from any
-// other. Anonymous viewers of a public project see none of it.
+// other. Anonymous viewers of a public project see none of it, nor (issue
+// #46) a signed-in account without write permission on the repository.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { renderProject } from '../../lib/pages/lists.ts';
@@ -25,7 +26,7 @@ async function worker(name: string, projects: string[] | null, more: Record<stri
   );
 }
 
-test("a project's page lists the workers that may claim its tasks with their scope, to signed-in viewers only", async () => {
+test("a project's page lists the workers that may claim its tasks with their scope, to the admin and writers only", async () => {
   const mine = await makeProject(pool);
   const other = await makeProject(pool);
   await worker('shared', null);
@@ -35,7 +36,7 @@ test("a project's page lists the workers that may claim its tasks with their sco
   await worker('elsewhere', [other]);
   await worker('gone', [mine], { revoked: true });
 
-  const signedIn = await renderProject(pool, mine, { signedIn: true }, undefined);
+  const signedIn = await renderProject(pool, mine, { signedIn: true, workers: true }, undefined);
   const scope = (name: string) =>
     new RegExp(`data-worker="${name}">[\\s\\S]*?<td data-scope>([^<]*)</td>`).exec(signedIn)?.[1];
   assert.equal(scope('shared'), 'every project');
@@ -48,4 +49,7 @@ test("a project's page lists the workers that may claim its tasks with their sco
   const anonymous = await renderProject(pool, mine, { signedIn: false }, undefined);
   assert.doesNotMatch(anonymous, /data-worker=/);
   assert.doesNotMatch(anonymous, /<h2>Workers<\/h2>/);
+  const reader = await renderProject(pool, mine, { signedIn: true, workers: false }, undefined);
+  assert.doesNotMatch(reader, /data-worker=/);
+  assert.doesNotMatch(reader, /<h2>Workers<\/h2>/);
 });

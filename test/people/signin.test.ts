@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, test } from 'node:test';
 import { setPeopleClock } from '../../lib/people/clock.ts';
-import { startE2E } from '../e2e/calls.ts';
+import { createWorker, startE2E } from '../e2e/calls.ts';
 import { startFakeOAuth } from '../helpers/fake-oauth.ts';
 import { runningJob, runTask } from '../pages/support.ts';
 
@@ -499,4 +499,17 @@ test('an admin-token session is kept server-side too: signing out ends it at onc
   const csrf = await csrfOf(`/jobs/${jobId}`, cookie);
   assert.equal((await post('/logout', cookie, { csrf })).status, 303);
   assert.equal((await page(`/jobs/${jobId}`, cookie)).status, 302);
+});
+
+// Issue #46: the project page listed the build hosts to any signed-in account.
+test('the project page shows the workers to a writer and the admin, not to a reader', async () => {
+  await createWorker(stack, ['linux'], 'build-host-7');
+  oauth.setPermission(REPO, 'rhea', 'read');
+  oauth.setPermission(REPO, 'wes', 'write');
+  const projectPage = async (cookie: string) => (await page('/projects/people', cookie)).text();
+  const reader = await projectPage(await signInAs('rhea'));
+  assert.match(reader, /data-job-state|<h1>/);
+  assert.doesNotMatch(reader, /build-host-7/);
+  assert.doesNotMatch(reader, /<h2>Workers<\/h2>/);
+  assert.match(await projectPage(await signInAs('wes')), /data-worker="build-host-7"/);
 });

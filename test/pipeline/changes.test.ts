@@ -1,5 +1,5 @@
 // changes: and block: in the pipeline file (issue #30): how they are written,
-// what they compile to, how path patterns match (picomatch), and the errors.
+// what they compile to, how path patterns match (lib/pipeline/pathglob.ts), and the errors.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
