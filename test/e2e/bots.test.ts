@@ -252,7 +252,16 @@ test('bot_pull_requests is untrusted or trusted in POST and PATCH /v1/projects a
   );
   out.length = 0;
   const updated = await runCtl(
-    ['project', 'update', 'bots-cli', '--bot-pull-requests', 'untrusted', '--url', stack.url],
+    [
+      'project',
+      'update',
+      'bots-cli',
+      '--bot-pull-requests',
+      'untrusted',
+      '--url',
+      stack.url,
+      '--json',
+    ],
     io,
   );
   assert.equal(updated, 0, out.join('\n'));
