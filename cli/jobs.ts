@@ -199,7 +199,7 @@ export function registerJobs(program: Command, io: CliIo): void {
     .description("print a job's logs: one task's (--task), else the failed tasks'")
     .argument('JOB')
     .option('--task <NAME>', 'the task (a matrix task: each of its runs)')
-    .option('-f, <--follow>', 'keep printing while the task runs')
+    .option('-f, --follow', 'keep printing while the task runs')
     .option(...PROJECT)
     .action(async (ref: string, o, cmd: Command) => {
       const cli = new Cli(io, cmd);
