@@ -9,10 +9,10 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { gunzipSync } from 'node:zlib';
+import { runCtl } from '../../cli/ctl.ts';
 import { purgeStorage, storeOf } from '../../lib/app/artifacts.ts';
 import { transaction } from '../../lib/db/index.ts';
 import { LocalStore } from '../../lib/storage/index.ts';
-import { runCtl } from '../../local/ctl.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture, tempDir } from '../runner/support.ts';
 

@@ -5,8 +5,8 @@
 // workers, without secrets or the repository token. Through the local HTTP server.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { runCtl } from '../../cli/ctl.ts';
 import { BOT_PULL_REQUEST_POLICIES } from '../../lib/states.ts';
-import { runCtl } from '../../local/ctl.ts';
 import {
   giteaPullRequest,
   giteaRenovatePullRequest,

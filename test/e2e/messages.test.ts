@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
+import { type CtlIo, runCtl } from '../../cli/ctl.ts';
 import { setQuiet } from '../../lib/log.ts';
-import { type CtlIo, runCtl } from '../../local/ctl.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { githubPush } from '../forge/fixtures/github.ts';
 import {

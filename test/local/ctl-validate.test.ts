@@ -6,8 +6,8 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
+import { runCtl } from '../../cli/ctl.ts';
 import { compilePipeline, formatIssue, PipelineError } from '../../lib/pipeline/index.ts';
-import { runCtl } from '../../local/ctl.ts';
 
 const root = await mkdtemp(join(tmpdir(), 'conductor-validate-'));
 after(() => rm(root, { recursive: true, force: true }));

@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough, Readable, Writable } from 'node:stream';
 import { after, test } from 'node:test';
+import { type CtlIo, promptHidden, runCtl } from '../../cli/ctl.ts';
 import { buildProgram } from '../../cli/main.ts';
 import { sealContext } from '../../lib/app/projects.ts';
 import { decrypt } from '../../lib/secrets.ts';
-import { type CtlIo, promptHidden, runCtl } from '../../local/ctl.ts';
 import { testStack } from '../helpers/stack.ts';
 
 const stack = await testStack(import.meta.filename);

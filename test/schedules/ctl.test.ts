@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { runCtl } from '../../local/ctl.ts';
+import { runCtl } from '../../cli/ctl.ts';
 import { createProject, waitForJob } from '../e2e/calls.ts';
 import { testStack } from '../helpers/stack.ts';
 

@@ -1,9 +1,9 @@
-// `npm run ctl -- <command>`: the `conductor` CLI (cli/) run from this
+// `npm run ctl -- <command>`: the `conductor` CLI run from this
 // checkout, for people who work on Conductor itself. Hints it prints name
 // `npm run ctl --` instead of `conductor`.
 import { type Command, Help } from 'commander';
-import type { CliIo } from '../cli/context.ts';
-import { buildProgram, runCli } from '../cli/main.ts';
+import type { CliIo } from './context.ts';
+import { buildProgram, runCli } from './main.ts';
 
 export type CtlIo = CliIo;
 
@@ -41,4 +41,4 @@ export function usageOf(name: string): string {
 /** The whole usage of `npm run ctl --`. */
 export const USAGE = usageOf('npm run ctl --');
 
-export { promptHidden } from '../cli/prompt.ts';
+export { promptHidden } from './prompt.ts';
