@@ -5,6 +5,8 @@
 // stays the compiler's, so a file the schema accepts may still fail
 // `conductor validate`, never the other way round for the shapes it covers.
 import { z } from 'zod';
+import { ChangesInputSchema } from './changes.ts';
+import { ConcurrencyObjectSchema } from './concurrency.ts';
 import { HiddenTaskSchema, PipelineFileSchema } from './schema.ts';
 
 /** Where the schema says it lives; the package ships it as dist/conductor.schema.json. */
@@ -29,11 +31,28 @@ export function pipelineJsonSchema(): Json {
   const file = jsonSchemaOf(PipelineFileSchema);
   const properties = file.properties as Record<string, Json>;
   const task = (properties.tasks?.additionalProperties ?? {}) as Json;
+  // The shorthands read before the schema (a preprocess: its input is anything
+  // to zod's generator): `concurrency: GROUP` and `changes: PATTERN`.
+  const shorthands = (fields: Record<string, Json>) => {
+    fields.concurrency = {
+      anyOf: [
+        { type: 'string', minLength: 1, maxLength: 200 },
+        jsonSchemaOf(ConcurrencyObjectSchema),
+      ],
+    };
+    fields.changes = {
+      anyOf: [{ type: 'string', minLength: 1, maxLength: 500 }, jsonSchemaOf(ChangesInputSchema)],
+    };
+  };
+  shorthands(task.properties as Record<string, Json>);
+  const hidden = jsonSchemaOf(HiddenTaskSchema);
+  shorthands(hidden.properties as Record<string, Json>);
+  properties.concurrency = (task.properties as Record<string, Json>).concurrency!;
   properties.tasks = {
     type: 'object',
     description:
       'The tasks: a script or a block step each; names starting with "." are hidden, for others to extend',
-    patternProperties: { '^\\.': jsonSchemaOf(HiddenTaskSchema) },
+    patternProperties: { '^\\.': hidden },
     additionalProperties: {
       ...task,
       // TaskSchema's refinement: a script, or a block step instead of one
