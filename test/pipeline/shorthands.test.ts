@@ -39,3 +39,12 @@ describe('shorthands', () => {
     assert.equal(check(parse(file('    concurrency: 3\n'))), false);
   });
 });
+
+describe('a misspelt when:', () => {
+  test('when: allways is an error at its line that suggests always', () => {
+    assert.equal(
+      show(onlyIssue(file('    when: allways\n'))),
+      '5:11 tasks.deploy.when: expected on_success, on_failure, always or a map of status, trigger and schedule, got "allways" (did you mean "always"?)',
+    );
+  });
+});
