@@ -11,6 +11,8 @@ export interface Push {
   repoUrl: string;
   sha: string;
   ref: string;
+  /** The commit the ref was at before the push; default none (a new branch's zeros). */
+  before?: string;
   /** The project's webhook secret. */
   secret: string;
   message?: string;
@@ -22,7 +24,7 @@ export async function sendPush(push: Push): Promise<{ status: number; text: stri
   const raw = Buffer.from(
     JSON.stringify({
       ref: push.ref,
-      before: '0'.repeat(push.sha.length),
+      before: push.before ?? '0'.repeat(push.sha.length),
       after: push.sha,
       created: false,
       deleted: false,

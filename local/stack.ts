@@ -135,7 +135,8 @@ export async function startLocalStack(
   const server = createLocalServer(await loadHandlers(), { blobs });
   await new Promise<void>((done, fail) => {
     server.once('error', fail);
-    server.listen(config.PORT, '127.0.0.1', () => done());
+    // CONDUCTOR_HOST (`conductor server --host`): the address to bind.
+    server.listen(config.PORT, env.CONDUCTOR_HOST || '127.0.0.1', () => done());
   });
   const { port } = server.address() as AddressInfo;
 

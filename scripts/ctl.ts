@@ -1,4 +1,7 @@
-import { promptHidden, runCtl } from '../local/ctl.ts';
+// npm run ctl -- <command>: the `conductor` CLI from this checkout.
+
+import { runCtl } from '../cli/ctl.ts';
+import { promptHidden } from '../cli/prompt.ts';
 
 process.exitCode = await runCtl(process.argv.slice(2), {
   out: (line) => console.log(line),

@@ -22,6 +22,7 @@ const PRIMITIVES = [
   'masking',
   'secrets',
   'states',
+  'version',
 ];
 
 /**
@@ -45,7 +46,8 @@ const ALLOWED: Record<string, readonly string[]> = {
     'context',
     'primitives',
   ],
-  scripts: ['local', 'runner', 'db', 'primitives'],
+  scripts: ['cli', 'local', 'runner', 'pipeline', 'db', 'primitives'],
+  cli: ['local', 'app', 'pages', 'pipeline', 'primitives'],
   runner: ['pipeline', 'primitives'],
   functions: ['app', 'http', 'pages', 'context', 'primitives'],
   app: [
@@ -92,7 +94,7 @@ const FOLDERS = [
   'schedules',
   'storage',
 ];
-const TOP = ['functions', 'local', 'runner', 'infra', 'scripts'];
+const TOP = ['cli', 'functions', 'local', 'runner', 'infra', 'scripts'];
 
 /** The part a file belongs to, or an error message when it belongs to none. */
 function partOf(file: string): string {

@@ -8,10 +8,10 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { z } from 'zod';
+import { USAGE } from '../cli/ctl.ts';
 import { ContextSchema } from '../infra/context.ts';
 import { SETTING_DEFAULTS } from '../infra/defaults.ts';
 import { ConfigSchema } from '../lib/config.ts';
-import { USAGE } from '../local/ctl.ts';
 import { stubBundles, synth } from './infra/support.ts';
 
 const ROOT = new URL('..', import.meta.url);

@@ -35,22 +35,25 @@ const PatternListSchema = z
   .max(MAX_CHANGE_PATTERNS, `must list at most ${MAX_CHANGE_PATTERNS} patterns`);
 
 /** `changes: ["src/**", "!src/**\/*.md"]` or `changes: {include: [...], exclude: [...]}`. */
+export const ChangesInputSchema = z.union(
+  [
+    PatternListSchema.min(1, 'must list at least one path pattern'),
+    z.strictObject({
+      include: PatternListSchema.min(1, 'must list at least one path pattern').optional(),
+      exclude: PatternListSchema.optional(),
+    }),
+  ],
+  {
+    error: (issue) =>
+      issue.input === undefined
+        ? undefined
+        : `expected a path pattern, a list of them or a map of include and exclude, got ${describeValue(issue.input)}`,
+  },
+);
+
+/** `changes:` as written: ChangesInputSchema, or one pattern alone (`changes: src/**`, as `only:` takes one branch). */
 export const ChangesSchema = z
-  .union(
-    [
-      PatternListSchema.min(1, 'must list at least one path pattern'),
-      z.strictObject({
-        include: PatternListSchema.min(1, 'must list at least one path pattern').optional(),
-        exclude: PatternListSchema.optional(),
-      }),
-    ],
-    {
-      error: (issue) =>
-        issue.input === undefined
-          ? undefined
-          : `expected a list of path patterns or a map of include and exclude, got ${describeValue(issue.input)}`,
-    },
-  )
+  .preprocess((value) => (typeof value === 'string' ? [value] : value), ChangesInputSchema)
   .transform((changes): CompiledChanges => {
     if (Array.isArray(changes)) {
       const include = changes.filter((p) => !p.startsWith('!'));

@@ -13,7 +13,7 @@ export type ConcurrencyMode = (typeof CONCURRENCY_MODES)[number];
 export const MAX_CONCURRENCY_LIMIT = 1000;
 
 /** `concurrency: {group, limit, mode}`. */
-export const ConcurrencySchema = z.strictObject({
+export const ConcurrencyObjectSchema = z.strictObject({
   group: z
     .string()
     .min(1, 'must not be empty')
@@ -23,6 +23,12 @@ export const ConcurrencySchema = z.strictObject({
   limit: z.number().int().min(1).max(MAX_CONCURRENCY_LIMIT).optional(),
   mode: z.enum(CONCURRENCY_MODES).optional(),
 });
+
+/** `concurrency:` as written: the map, or the group alone (`concurrency: deploy`, as GitHub Actions writes it). */
+export const ConcurrencySchema = z.preprocess(
+  (value) => (typeof value === 'string' ? { group: value } : value),
+  ConcurrencyObjectSchema,
+);
 
 /** A task's group as stored: its name (lower case, `${CONDUCTOR_REF}` filled in), limit and mode. */
 export interface CompiledConcurrency {
@@ -43,7 +49,7 @@ function shortRef(ref: string): string {
  * case-insensitive).
  */
 export function compileConcurrency(
-  spec: z.infer<typeof ConcurrencySchema> | undefined,
+  spec: z.infer<typeof ConcurrencyObjectSchema> | undefined,
   trigger: Trigger,
 ): CompiledConcurrency | null {
   if (!spec) return null;

@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import { JOB_TRIGGERS, TASK_RUN_WHEN, type TaskRunWhen } from '../states.ts';
 import { globMatch, type Trigger } from './glob.ts';
-import { describeValue } from './messages.ts';
+import { describeValue, Suggester } from './messages.ts';
 
 const StatusSchema = z.enum(TASK_RUN_WHEN, {
   error: (issue) =>
@@ -43,7 +43,10 @@ export const WhenSchema = z.union([StatusSchema, WhenMapSchema], {
   error: (issue) =>
     issue.input === undefined
       ? undefined
-      : `expected ${TASK_RUN_WHEN.join(', ')} or a map of status, trigger and schedule, got ${describeValue(issue.input)}`,
+      : `expected ${TASK_RUN_WHEN.join(', ')} or a map of status, trigger and schedule, got ${describeValue(issue.input)}${
+          // One word against three: bounded without the compile's suggestion budget.
+          typeof issue.input === 'string' ? new Suggester().suggest(issue.input, TASK_RUN_WHEN) : ''
+        }`,
 });
 export type When = z.infer<typeof WhenSchema>;
 

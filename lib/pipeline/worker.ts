@@ -34,6 +34,16 @@ export interface CompileWorkerOptions {
   workerData?: unknown;
 }
 
+// Set in the package's bundle (scripts/build-package.ts), where the thread's
+// module is a file of its own beside the bundle; from source, the .ts beside this.
+declare const __CONDUCTOR_COMPILE_THREAD__: string | undefined;
+
+function defaultEntry(): URL {
+  return typeof __CONDUCTOR_COMPILE_THREAD__ === 'string'
+    ? new URL(__CONDUCTOR_COMPILE_THREAD__, import.meta.url)
+    : new URL('./worker-thread.ts', import.meta.url);
+}
+
 // A thread that does not start within this long is given up; the compile is retried later.
 const START_LIMIT_MS = 30_000;
 
@@ -77,7 +87,7 @@ export class CompileWorker {
   constructor(options: CompileWorkerOptions = {}) {
     this.#timeLimitMs = options.timeLimitMs ?? COMPILE_TIME_LIMIT_MS;
     this.#memoryMb = options.memoryMb ?? COMPILE_MEMORY_MB;
-    this.#entry = options.entry ?? new URL('./worker-thread.ts', import.meta.url);
+    this.#entry = options.entry ?? defaultEntry();
     this.#workerData = options.workerData;
   }
 

@@ -5,8 +5,8 @@
 // workers, without secrets or the repository token. Through the local HTTP server.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { runCtl } from '../../cli/ctl.ts';
 import { BOT_PULL_REQUEST_POLICIES } from '../../lib/states.ts';
-import { runCtl } from '../../local/ctl.ts';
 import {
   giteaPullRequest,
   giteaRenovatePullRequest,
@@ -252,7 +252,16 @@ test('bot_pull_requests is untrusted or trusted in POST and PATCH /v1/projects a
   );
   out.length = 0;
   const updated = await runCtl(
-    ['project', 'update', 'bots-cli', '--bot-pull-requests', 'untrusted', '--url', stack.url],
+    [
+      'project',
+      'update',
+      'bots-cli',
+      '--bot-pull-requests',
+      'untrusted',
+      '--url',
+      stack.url,
+      '--json',
+    ],
     io,
   );
   assert.equal(updated, 0, out.join('\n'));

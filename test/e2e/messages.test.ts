@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { Readable } from 'node:stream';
 import { test } from 'node:test';
+import { type CtlIo, runCtl } from '../../cli/ctl.ts';
 import { setQuiet } from '../../lib/log.ts';
-import { type CtlIo, runCtl } from '../../local/ctl.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { githubPush } from '../forge/fixtures/github.ts';
 import {
@@ -169,9 +169,9 @@ test('a secret the project lacks fails the task with the command that sets it, a
   const set = await ctl(ctlArgs(byName.docs.error), 'docs-token-value\n');
   assert.equal(set.code, 0, set.out);
 
-  const rerun = await ctl(['rerun', jobId]);
+  const rerun = await ctl(['rerun', jobId, '--json']);
   assert.equal(rerun.code, 0, rerun.out);
-  const again = JSON.parse(rerun.out.slice(0, rerun.out.lastIndexOf('}') + 1)).job_id;
+  const again = JSON.parse(rerun.out).job_id;
   const view = await waitForJob(stack, again, (v) => v.job.state === 'running');
   assert.deepEqual(
     view.tasks.map((t: Json) => [t.name, t.state, t.error]),
@@ -230,7 +230,7 @@ test("a failed-only rerun's kept task shows the log it was kept from, through th
   // The first job as ctl shows it, and as its page (by the link ctl prints) does.
   const shown = await ctl(['job', jobId]);
   assert.equal(shown.code, 0, shown.out);
-  assert.match(shown.out, /^ {2}failed {4}lint {2}attempt 1\/3 {2}allowed to fail$/m);
+  assert.match(shown.out, /^lint\s+failed\s+\S*\s+1\/3\s+[0-9a-f-]{36}\s+allowed to fail$/m);
   const pageUrl = /^page: (\S+)$/m.exec(shown.out)?.[1];
   assert.equal(pageUrl, first.job.page_url);
   assert.ok(pageUrl?.startsWith(`${stack.url}/jobs/${jobId}?sig=`), pageUrl);
@@ -242,8 +242,8 @@ test("a failed-only rerun's kept task shows the log it was kept from, through th
 
   const rerun = await ctl(['rerun', jobId, '--failed-only']);
   assert.equal(rerun.code, 0, rerun.out);
-  assert.match(rerun.out, /follow it: npm run ctl -- job [0-9a-f-]{36}$/);
-  const again = JSON.parse(rerun.out.slice(0, rerun.out.lastIndexOf('}') + 1)).job_id;
+  assert.match(rerun.out, /^follow it: npm run ctl -- job messages#\d+$/m);
+  const again = /^started messages#\d+ \(([0-9a-f-]{36})\)$/m.exec(rerun.out)![1]!;
   const view = await getJob(stack, again);
   const kept = view.tasks.find((t: Json) => t.name === 'build');
   const source = first.tasks.find((t: Json) => t.name === 'build');
@@ -267,7 +267,7 @@ test("a failed-only rerun's kept task shows the log it was kept from, through th
   const rerunShown = await ctl(['job', again]);
   assert.match(
     rerunShown.out,
-    /^ {2}success {3}build {2}attempt 1\/3 {2}kept from the earlier job$/m,
+    /^build\s+success\s+\S*\s+1\/3\s+[0-9a-f-]{36}\s+kept from the earlier job$/m,
   );
   await ctl(['cancel', again]);
 });

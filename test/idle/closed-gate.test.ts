@@ -5,6 +5,7 @@
 // connection" is what these tests see, not what they assume.
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import type { Context } from 'aws-lambda';
 import { handler as apiHandler } from '../../functions/api.ts';
@@ -188,10 +189,13 @@ describe('with the gate closed and a pool that answers nothing', () => {
   });
 
   test('the health check answers "idle" from the gate, without a connection', async () => {
+    const packageVersion = JSON.parse(
+      readFileSync(new URL('../../package.json', import.meta.url), 'utf8'),
+    ).version;
     calls.length = 0;
     const answer = await get('/v1/health');
     assert.equal(answer.statusCode, 200);
-    assert.deepEqual(JSON.parse(answer.body!), { ok: true, idle: true });
+    assert.deepEqual(JSON.parse(answer.body!), { ok: true, version: packageVersion, idle: true });
     assert.deepEqual(calls, []);
   });
 

@@ -4,6 +4,7 @@
 // CLI), gzip, and bad query values.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { runCtl } from '../../cli/ctl.ts';
 import {
   JOB_LINK_TTL_S,
   newSession,
@@ -14,7 +15,6 @@ import {
 } from '../../lib/pages/access.ts';
 import { safeNext } from '../../lib/pages/index.ts';
 import { generateKey, parseKeyring } from '../../lib/secrets.ts';
-import { runCtl } from '../../local/ctl.ts';
 import {
   claimTask,
   createWorker,

@@ -70,13 +70,13 @@ describe('changes:', () => {
       version: 1
       tasks:
         a: { script: [x], changes: [] }
-        b: { script: [x], changes: "src/**" }
+        b: { script: [x], changes: 3 }
         c: { script: [x], changes: ["!"] }
         d: { script: [x], changes: { includes: [src/**] } }
     `);
     assert.deepEqual(issues, [
       '3:30 tasks.a.changes: must list at least one path pattern',
-      '4:30 tasks.b.changes: expected a list of path patterns or a map of include and exclude, got "src/**"',
+      '4:30 tasks.b.changes: expected a path pattern, a list of them or a map of include and exclude, got 3',
       '5:31 tasks.c.changes[0]: a path pattern must not be "!" alone',
       '6:32 tasks.d.changes: unknown key "includes" (did you mean "include"?)',
     ]);

@@ -7,7 +7,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { runCtl } from '../../local/ctl.ts';
+import { runCtl } from '../../cli/ctl.ts';
 import { createProject, waitForJob } from '../e2e/calls.ts';
 import { testStack } from '../helpers/stack.ts';
 
@@ -57,6 +57,7 @@ test('schedule create, schedules, schedule update and schedule delete', async ()
     'Europe/Berlin',
     '--input',
     'env=prod',
+    '--json',
   );
   assert.equal(created.code, 0, created.text);
   const schedule = JSON.parse(created.text).schedule;
@@ -65,7 +66,7 @@ test('schedule create, schedules, schedule update and schedule delete', async ()
   const listed = await ctl('schedules', '--project', 'cli');
   assert.match(
     listed.text,
-    /^nightly\t0 3 \* \* \*\tEurope\/Berlin\t\(default branch\)\tnext \S+Z$/,
+    /^nightly\s+0 3 \* \* \*\s+Europe\/Berlin\s+\(default branch\)\s+\S+Z$/m,
   );
   const off = await ctl(
     'schedule',
@@ -76,9 +77,10 @@ test('schedule create, schedules, schedule update and schedule delete', async ()
     'nightly',
     '--enabled',
     'false',
+    '--json',
   );
   assert.equal(JSON.parse(off.text).schedule.enabled, false);
-  assert.match((await ctl('schedules', '--project', 'cli')).text, /\tdisabled$/);
+  assert.match((await ctl('schedules', '--project', 'cli')).text, /^nightly\s.*\sdisabled$/m);
   const bad = await ctl('schedule', 'create', '--project', 'cli', '--name', 'x', '--cron', '0 3 *');
   assert.equal(bad.code, 1);
   assert.match(bad.text, /HTTP 400: cron: must have 5 fields/);
@@ -89,7 +91,11 @@ test('schedule create, schedules, schedule update and schedule delete', async ()
 test('trigger --input without a sha runs the head of the ref with the inputs', async () => {
   const res = await ctl('trigger', '--project', 'cli', '--ref', 'main', '--input', 'env=prod');
   assert.equal(res.code, 0, res.text);
-  const view = await waitForJob(stack, JSON.parse(res.text).job_id);
+  assert.match(
+    res.text,
+    /^started cli#\d+ \([0-9a-f-]{36}\)\nfollow it: npm run ctl -- job cli#\d+$/,
+  );
+  const view = await waitForJob(stack, /\(([0-9a-f-]{36})\)/.exec(res.text)![1]!);
   assert.equal(view.job.state, 'running', JSON.stringify(view.job));
   const { rows } = await stack.context.pool.query<{ script: string[] }>(
     'select script from tasks where job_id = $1',
