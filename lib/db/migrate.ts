@@ -63,7 +63,7 @@ export class ChangedMigrationError extends MigrationError {
         `Applied migrations are never run again: put the file back as it was released, or, ` +
         `when the change is known not to matter to a database that ran the old one ` +
         `(docs/upgrade.md, "A changed migration"), record the file as it is now with ` +
-        `"npm run migrate -- repair" (conductor server: "conductor migrate repair")`,
+        `the migrator's repair ("npm run migrate -- repair")`,
     );
     this.name = 'ChangedMigrationError';
   }
