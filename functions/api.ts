@@ -20,7 +20,7 @@ import {
   saveCache,
 } from '../lib/app/caches.ts';
 import { refreshDirectoryEntry } from '../lib/app/directory.ts';
-import { checkHealth } from '../lib/app/health.ts';
+import { checkHealth, checkReady } from '../lib/app/health.ts';
 import {
   approveBlockedJob,
   cancelJobNow,
@@ -86,7 +86,7 @@ import {
   type Reply,
 } from '../lib/http/index.ts';
 import { matchRoute } from '../lib/http/routes.ts';
-import { isLoopbackHost } from '../lib/pages/access.ts';
+import { siteOrigin } from '../lib/pages/access.ts';
 import { idlePage, type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
 
 const JobListQuery = z.object({
@@ -107,22 +107,13 @@ const AuditQuery = z.object({
 /** An admin route; `by` is who acts (the admin token, or a page's signed-in person), for the audit. */
 type Route = (event: HttpEvent, ctx: AppContext, by?: Person) => Promise<Reply>;
 
-/**
- * Where this API's pages are: CONDUCTOR_PUBLIC_URL, else the host the
- * request came to (API Gateway says the scheme in x-forwarded-proto; the
- * local server, on loopback, serves plain http).
- */
+/** Where this API's pages are (lib/pages/access.ts, siteOrigin). */
 function pagesOrigin(event: HttpEvent, ctx: AppContext): string {
-  if (ctx.config.CONDUCTOR_PUBLIC_URL) return ctx.config.CONDUCTOR_PUBLIC_URL;
-  const host = header(event, 'host') ?? event.requestContext?.domainName ?? 'localhost';
-  const forwarded = header(event, 'x-forwarded-proto')?.split(',')[0]?.trim();
-  const proto =
-    forwarded === 'http' || forwarded === 'https'
-      ? forwarded
-      : isLoopbackHost(host)
-        ? 'http'
-        : 'https';
-  return `${proto}://${host}`;
+  return siteOrigin(
+    ctx.config.CONDUCTOR_PUBLIC_URL,
+    header(event, 'host') ?? event.requestContext?.domainName,
+    header(event, 'x-forwarded-proto'),
+  );
 }
 
 const routes: Record<string, Route> = {
@@ -430,6 +421,14 @@ async function main(event: HttpEvent): Promise<Reply> {
   const key = `${match.route.method} ${match.route.path}`;
   const ctx = await getContext();
   if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx) };
+  if (key === 'GET /v1/ready') {
+    const ready = await checkReady(ctx);
+    return {
+      status: ready.ready ? 200 : 503,
+      body: ready,
+      headers: { 'cache-control': 'no-store' },
+    };
+  }
   const pageRoute = PAGE_ROUTES[key];
   if (pageRoute) {
     return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);

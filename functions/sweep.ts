@@ -5,10 +5,13 @@ import { DAILY_EVENT, scheduledSweep } from '../lib/app/sweep.ts';
 import { getContext } from '../lib/context.ts';
 import { logger } from '../lib/log.ts';
 
-// What the sweep leaves of the Lambda's time: one repair in flight when the
-// deadline passes still has this long to finish (its lock waits give up
-// after 2 s, a statement after 5 s).
-const MARGIN_MS = 10_000;
+// What the sweep leaves of the Lambda's time: one step in flight when the
+// deadline passes still has this long to finish: a repair (its lock waits
+// give up after 2 s, a statement after 5 s), or a schedule's fire (the
+// forge's answer within 10 s, lib/forge/client.ts, then one transaction).
+// A Lambda stopped mid-fire anyway loses nothing: the job and its tick
+// commit together, or the schedule stays due.
+const MARGIN_MS = 20_000;
 
 /**
  * The EventBridge schedule (or any event): one scheduled sweep within the

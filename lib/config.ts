@@ -1,9 +1,20 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 
 // The environment, validated once at cold start. Every variable is listed in
 // the README's configuration table; a bad value fails fast naming the variable.
 
 const positiveInt = (max: number) => z.coerce.number().int().min(1).max(max);
+
+/** Whether `s` is an IP address or a CIDR range (`10.0.0.0/8`, `fd00::/8`). */
+function isAddressOrRange(s: string): boolean {
+  const [address = '', bits, extra] = s.split('/');
+  const family = isIP(address);
+  if (family === 0 || extra !== undefined) return false;
+  if (bits === undefined) return true;
+  if (!/^\d{1,3}$/.test(bits)) return false;
+  return Number(bits) <= (family === 4 ? 32 : 128);
+}
 
 export const ConfigSchema = z.object({
   /** Unset: the embedded PostgreSQL under CONDUCTOR_DATA_DIR (local only). */
@@ -13,6 +24,30 @@ export const ConfigSchema = z.object({
     .optional(),
   // 0 picks a free port (tests).
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  /** The address the local server binds (`0.0.0.0` or `::` for every interface). */
+  CONDUCTOR_HOST: z.string().min(1).max(255).default('127.0.0.1'),
+  /**
+   * The peers whose X-Forwarded-For/-Proto/-Host the local server believes:
+   * addresses or CIDR ranges, comma-separated (local/forwarded.ts).
+   */
+  CONDUCTOR_TRUSTED_PROXIES: z
+    .string()
+    .transform((v) =>
+      v
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
+    )
+    .superRefine((list, ctx) => {
+      const bad = list.find((s) => !isAddressOrRange(s));
+      if (bad !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `"${bad}" is not an IP address or a CIDR range (10.0.0.0/8); list them comma-separated`,
+        });
+      }
+    })
+    .optional(),
   /** Unset locally: generated on first start and kept in the data directory. */
   CONDUCTOR_ADMIN_TOKEN: z.string().min(16, 'must be at least 16 characters').optional(),
   CONDUCTOR_DATA_DIR: z.string().min(1).default('.conductor'),
@@ -92,8 +127,15 @@ export const ConfigSchema = z.object({
     .enum(['0', '1'], { message: 'must be 0 or 1' })
     .default('0')
     .transform((v) => v === '1'),
-  /** The public base URL of this Conductor; commit statuses link to <url>/jobs/<id>. */
-  CONDUCTOR_PUBLIC_URL: z.string().url().optional(),
+  /**
+   * The public base URL of this Conductor: every link (commit statuses'
+   * <url>/jobs/<id>, badges), the OAuth callbacks, and whether cookies are Secure.
+   */
+  CONDUCTOR_PUBLIC_URL: z
+    .string()
+    .url()
+    .regex(/^https?:\/\//i, 'must be an http:// or https:// URL')
+    .optional(),
   /** A commit status still undelivered this long after it was written is given up. */
   CONDUCTOR_STATUS_GIVE_UP_H: positiveInt(24 * 30).default(24),
   CONDUCTOR_RETENTION_LOG_DAYS: positiveInt(36500).default(30),

@@ -1,28 +1,60 @@
-// `npm start` and `conductor server`: the local stack in the foreground,
-// with its banner, until SIGINT or SIGTERM.
-import { startLocalStack } from './stack.ts';
+// The server's entry, shared by `npm start` (scripts/start.ts) and
+// `conductor server` (scripts/server.ts, and the package's command): options
+// from flags over the environment, the local stack, and a drain on SIGTERM
+// or SIGINT (requests in flight answered, kept-alive connections closed, the
+// sweep finished, the pool ended: local/stack.ts, stop).
+import { loadConfig } from '../lib/config.ts';
+import { type LocalStack, startLocalStack } from './stack.ts';
 
-/** Starts the stack with `env`, prints where it is, and stops it on a signal. */
-export async function serve(env: NodeJS.ProcessEnv, out: (line: string) => void): Promise<void> {
-  const stack = await startLocalStack(env);
+export interface ServeOptions {
+  /** The address to bind (`--host`); over CONDUCTOR_HOST, default 127.0.0.1. */
+  host?: string;
+  /** The port (`--port`); over PORT, default 8080, 0 picks a free one. */
+  port?: number;
+  /** The environment the settings come from; default the process's. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** Starts the control plane as `conductor server` runs it; the caller stops it. */
+export async function serve(options: ServeOptions = {}): Promise<LocalStack> {
+  const env: NodeJS.ProcessEnv = { ...(options.env ?? process.env) };
+  if (options.host !== undefined) env.CONDUCTOR_HOST = options.host;
+  if (options.port !== undefined) env.PORT = String(options.port);
+  return startLocalStack(env, { requestLog: true });
+}
+
+/**
+ * serve() until SIGTERM or SIGINT, then a drain and exit 0 (1 when the stop
+ * failed). Prints where it listens, the database, the public URL and the
+ * admin token to `out`.
+ */
+export async function runServer(
+  options: ServeOptions = {},
+  out: (line: string) => void = console.log,
+): Promise<LocalStack> {
+  const stack = await serve(options);
+  const config = loadConfig({ ...(options.env ?? process.env) });
   out(`Conductor is running at ${stack.url}`);
+  out(`  listening:   ${stack.host} port ${stack.port}`);
+  out(`  public URL:  ${config.CONDUCTOR_PUBLIC_URL ?? '(unset: links follow the request)'}`);
   out(`  database:    ${stack.database}`);
   out(`  admin token: ${stack.adminToken}`);
-  out('Press Ctrl-C to stop.');
-
+  out('Stop it with Ctrl-C or SIGTERM.');
   let stopping = false;
-  async function shutdown(signal: string) {
+  const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
     out(`${signal}: stopping`);
     try {
       await stack.stop();
+      out('stopped');
       process.exit(0);
     } catch (err) {
       console.error(err);
       process.exit(1);
     }
-  }
+  };
   process.on('SIGINT', () => void shutdown('SIGINT'));
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  return stack;
 }

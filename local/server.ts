@@ -8,6 +8,7 @@ import type { Context } from 'aws-lambda';
 import { type HttpEvent, type HttpResult, withClientGone } from '../lib/http/index.ts';
 import { type FunctionName, matchRoute } from '../lib/http/routes.ts';
 import { log } from '../lib/log.ts';
+import { FORWARDED_HEADERS, TrustedProxies } from './forwarded.ts';
 
 export type HttpHandler = (event: HttpEvent, context: Context) => Promise<HttpResult>;
 export type Handlers = Record<FunctionName, HttpHandler>;
@@ -43,8 +44,18 @@ async function readBody(req: IncomingMessage): Promise<Buffer | 'too large'> {
   return Buffer.concat(chunks);
 }
 
-/** The API Gateway v2 event for a request. */
-export function toEvent(req: IncomingMessage, body: Buffer, requestId: string): HttpEvent {
+/**
+ * The API Gateway v2 event for a request. Forwarded headers count only from
+ * a trusted proxy (local/forwarded.ts): then `host` is its X-Forwarded-Host,
+ * `x-forwarded-proto` its scheme and `sourceIp` the client it names; from
+ * anyone else they are dropped, as API Gateway overwrites them.
+ */
+export function toEvent(
+  req: IncomingMessage,
+  body: Buffer,
+  requestId: string,
+  proxies: TrustedProxies = new TrustedProxies(),
+): HttpEvent {
   const url = new URL(req.url ?? '/', 'http://localhost');
   const method = (req.method ?? 'GET').toUpperCase();
   const match = matchRoute(method, url.pathname);
@@ -53,6 +64,10 @@ export function toEvent(req: IncomingMessage, body: Buffer, requestId: string): 
     if (value !== undefined)
       headers[name.toLowerCase()] = Array.isArray(value) ? value.join(',') : value;
   }
+  const forwarded = proxies.weigh(req.socket.remoteAddress, headers);
+  for (const name of FORWARDED_HEADERS) delete headers[name];
+  if (forwarded.proto) headers['x-forwarded-proto'] = forwarded.proto;
+  if (forwarded.host) headers.host = forwarded.host;
   const query: Record<string, string> = {};
   for (const [name, value] of url.searchParams) {
     query[name] = query[name] === undefined ? value : `${query[name]},${value}`;
@@ -78,7 +93,7 @@ export function toEvent(req: IncomingMessage, body: Buffer, requestId: string): 
         method,
         path: url.pathname,
         protocol: `HTTP/${req.httpVersion}`,
-        sourceIp: req.socket.remoteAddress ?? '127.0.0.1',
+        sourceIp: forwarded.client || '127.0.0.1',
         userAgent: headers['user-agent'] ?? '',
       },
       requestId,
@@ -136,10 +151,41 @@ export interface BlobRoute {
   serve(req: IncomingMessage, res: ServerResponse, token: string): Promise<void>;
 }
 
-/** An HTTP server that serves the functions as API Gateway would. */
-export function createLocalServer(handlers: Handlers, opts: { blobs?: BlobRoute } = {}): Server {
+/** What a request's log line names as its path: a blob's is a signed grant, so not it. */
+function loggedPath(path: string, blobs: BlobRoute | undefined): string {
+  return blobs && path.startsWith(blobs.prefix) ? `${blobs.prefix}…` : path;
+}
+
+/**
+ * An HTTP server that serves the functions as API Gateway would. `proxies`:
+ * the peers whose forwarded headers count (toEvent). `requestLog`: one line
+ * per request when its answer is sent (method, path without its query, which
+ * may carry a signed link, status, milliseconds, and the client's address).
+ */
+export function createLocalServer(
+  handlers: Handlers,
+  opts: { blobs?: BlobRoute; proxies?: TrustedProxies; requestLog?: boolean } = {},
+): Server {
+  const proxies = opts.proxies ?? new TrustedProxies();
   const server = createServer(async (req, res) => {
     const requestId = randomUUID();
+    if (opts.requestLog) {
+      const started = performance.now();
+      const xff = req.headers['x-forwarded-for'] ?? '';
+      const client = proxies.weigh(req.socket.remoteAddress, {
+        'x-forwarded-for': Array.isArray(xff) ? xff.join(',') : xff,
+      }).client;
+      res.once('finish', () => {
+        log('info', 'request', {
+          request_id: requestId,
+          method: req.method,
+          path: loggedPath((req.url ?? '/').split('?')[0] ?? '/', opts.blobs),
+          status: res.statusCode,
+          ms: Math.round(performance.now() - started),
+          client,
+        });
+      });
+    }
     try {
       // Artifact and cache bytes stream between the socket and the disk;
       // they never become an event (a 100 MiB body would be buffered twice).
@@ -163,7 +209,7 @@ export function createLocalServer(handlers: Handlers, opts: { blobs?: BlobRoute 
         });
         return;
       }
-      const event = toEvent(req, body, requestId);
+      const event = toEvent(req, body, requestId, proxies);
       const match = matchRoute(event.requestContext.http.method, event.rawPath);
       const fn: FunctionName = match?.route.fn ?? 'api';
       // The client hanging up mid-request (a runner ending its long poll).

@@ -1,6 +1,7 @@
-// `npm start`: the whole control plane on one machine. An embedded PostgreSQL
-// (or DATABASE_URL), migrations, the functions behind a local HTTP server,
-// compiles in-process, and the sweep on a timer.
+// `npm start` and `conductor server` (local/serve.ts): the whole control
+// plane on one machine. An embedded PostgreSQL (or DATABASE_URL), migrations,
+// the functions behind a local HTTP server bound to CONDUCTOR_HOST, compiles
+// in-process, and the sweep on a timer.
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
@@ -17,11 +18,16 @@ import { log } from '../lib/log.ts';
 import { PostgresPickup } from '../lib/pickup/index.ts';
 import { generateKey, parseKeyring } from '../lib/secrets.ts';
 import { BLOB_PATH, LocalStore } from '../lib/storage/index.ts';
+import { TrustedProxies } from './forwarded.ts';
 import { startEmbeddedPostgres } from './postgres.ts';
 import { closeLocalServer, createLocalServer, type Handlers } from './server.ts';
 
 export interface LocalStack {
+  /** Where this machine reaches the server (the bound address; loopback for a wildcard bind). */
   url: string;
+  /** The address it is bound to (CONDUCTOR_HOST) and its port. */
+  host: string;
+  port: number;
   adminToken: string;
   context: AppContext;
   /** Where the database is: the embedded server's data directory, or DATABASE_URL. */
@@ -37,6 +43,13 @@ async function keptValue(dir: string, file: string, make: () => string): Promise
   await writeFile(path, `${value}\n`, { mode: 0o600 });
   await chmod(path, 0o600);
   return value;
+}
+
+/** The host part of a URL that reaches a server bound to `host` from this machine. */
+function reachable(host: string): string {
+  if (host === '0.0.0.0') return '127.0.0.1';
+  if (host === '::') return '[::1]';
+  return host.includes(':') ? `[${host}]` : host;
 }
 
 async function loadHandlers(): Promise<Handlers> {
@@ -64,7 +77,7 @@ async function loadHandlers(): Promise<Handlers> {
  */
 export async function startLocalStack(
   env: NodeJS.ProcessEnv = process.env,
-  opts: { sweep?: boolean; ephemeral?: boolean; pickup?: boolean } = {},
+  opts: { sweep?: boolean; ephemeral?: boolean; pickup?: boolean; requestLog?: boolean } = {},
 ): Promise<LocalStack> {
   const config: Config = loadConfig(env);
   const dataDir = resolve(config.CONDUCTOR_DATA_DIR);
@@ -132,12 +145,23 @@ export async function startLocalStack(
   const blobs =
     store instanceof LocalStore ? { prefix: BLOB_PATH, serve: store.serve.bind(store) } : undefined;
   context.storage = store;
-  const server = createLocalServer(await loadHandlers(), { blobs });
-  await new Promise<void>((done, fail) => {
-    server.once('error', fail);
-    // CONDUCTOR_HOST (`conductor server --host`): the address to bind.
-    server.listen(config.PORT, env.CONDUCTOR_HOST || '127.0.0.1', () => done());
+  const server = createLocalServer(await loadHandlers(), {
+    blobs,
+    proxies: new TrustedProxies(config.CONDUCTOR_TRUSTED_PROXIES),
+    requestLog: opts.requestLog,
   });
+  try {
+    await new Promise<void>((done, fail) => {
+      server.once('error', fail);
+      server.listen(config.PORT, config.CONDUCTOR_HOST, () => done());
+    });
+  } catch (err) {
+    clearContext();
+    await pickup?.close();
+    await pool.end();
+    await stopDatabase();
+    throw err;
+  }
   const { port } = server.address() as AddressInfo;
 
   let sweeping: Promise<unknown> | undefined;
@@ -157,7 +181,9 @@ export async function startLocalStack(
         }, config.CONDUCTOR_SWEEP_INTERVAL_S * 1000);
 
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://${reachable(config.CONDUCTOR_HOST)}:${port}`,
+    host: config.CONDUCTOR_HOST,
+    port,
     adminToken,
     context,
     database,

@@ -10,7 +10,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build, type Metafile, type Plugin } from 'esbuild';
-import { loadMigrationSet } from '../lib/db/migrate.ts';
+import { expectationOf, loadMigrationSet } from '../lib/db/migrate.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -107,7 +107,10 @@ export async function bundleFunctions(
   const names = options.only ?? FUNCTION_NAMES;
   // Read (and check) the migrations at build time, so the deployed migrate
   // function needs no loose .sql files and its code hash changes with them.
-  const migrations = JSON.stringify(loadMigrationSet());
+  const set = loadMigrationSet();
+  const migrations = JSON.stringify(set);
+  // The api function's /v1/ready compares the database with these checksums.
+  const schema = JSON.stringify(expectationOf(set));
   return Promise.all(
     names.map(async (name) => {
       const dir = join(outdir, name);
@@ -128,7 +131,12 @@ export async function bundleFunctions(
         target: 'node22',
         mainFields: ['module', 'main'],
         banner: { js: REQUIRE_BANNER },
-        define: name === 'migrate' ? { __CONDUCTOR_MIGRATIONS__: migrations } : {},
+        define:
+          name === 'migrate'
+            ? { __CONDUCTOR_MIGRATIONS__: migrations }
+            : name === 'api'
+              ? { __CONDUCTOR_SCHEMA__: schema }
+              : {},
         plugins: [englishOnlyZod],
         metafile: true,
         legalComments: 'none',

@@ -1,4 +1,7 @@
 export {
+  ChangedMigrationError,
+  codeExpectation,
+  expectationOf,
   type FunctionFile,
   functionChecksum,
   loadFunctionFiles,
@@ -9,6 +12,12 @@ export {
   MigrationError,
   type MigrationSet,
   migrate,
+  migrationChecksum,
+  migrationFile,
+  type RepairResult,
+  repairMigrations,
+  type SchemaExpectation,
+  schemaStatus,
 } from './migrate.ts';
 export {
   CALL_BOUNDS,

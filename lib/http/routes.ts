@@ -20,6 +20,7 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/v1/runner/tasks/{id}/logs', fn: 'logs' },
   { method: 'POST', path: '/v1/runner/tasks/{id}/complete', fn: 'complete' },
   { method: 'GET', path: '/v1/health', fn: 'api' },
+  { method: 'GET', path: '/v1/ready', fn: 'api' },
   { method: 'POST', path: '/v1/projects', fn: 'api' },
   { method: 'GET', path: '/v1/projects', fn: 'api' },
   { method: 'GET', path: '/v1/projects/{id}', fn: 'api' },

@@ -129,11 +129,41 @@ export function isLoopbackHost(host: string | undefined): boolean {
   return name === 'localhost' || name === '[::1]' || /^127\.\d+\.\d+\.\d+$/.test(name);
 }
 
-/** The Set-Cookie value of a session (or, with `value` null, of signing out). */
-export function sessionCookie(value: string | null, host: string | undefined): string {
-  const secure = isLoopbackHost(host) ? '' : '; Secure';
+/**
+ * This site's origin, for every link that leaves a page and every callback:
+ * CONDUCTOR_PUBLIC_URL when set (behind a proxy it is the only name that is
+ * right), else the host the request came to, by the scheme it came by
+ * (`x-forwarded-proto`: API Gateway sets it, and the local server passes it
+ * on only from a trusted proxy), else plain http on this machine and https
+ * anywhere else.
+ */
+export function siteOrigin(
+  publicUrl: string | undefined,
+  host: string | undefined,
+  forwardedProto: string | undefined,
+): string {
+  if (publicUrl) return publicUrl.replace(/\/+$/, '');
+  const name = host ?? 'localhost';
+  const proto = forwardedProto?.split(',')[0]?.trim().toLowerCase();
+  const scheme =
+    proto === 'http' || proto === 'https' ? proto : isLoopbackHost(name) ? 'http' : 'https';
+  return `${scheme}://${name}`;
+}
+
+/** Whether cookies are `Secure`: the site's origin (siteOrigin) is https. */
+export function secureSite(
+  publicUrl: string | undefined,
+  host: string | undefined,
+  forwardedProto: string | undefined,
+): boolean {
+  return siteOrigin(publicUrl, host, forwardedProto).startsWith('https:');
+}
+
+/** The Set-Cookie value of a session (or, with `value` null, of signing out); `secure` from secureSite. */
+export function sessionCookie(value: string | null, secure: boolean): string {
+  const flag = secure ? '; Secure' : '';
   const life = value === null ? '; Max-Age=0' : `; Max-Age=${SESSION_TTL_S}`;
-  return `${SESSION_COOKIE}=${value ?? ''}; Path=/; HttpOnly; SameSite=Strict${secure}${life}`;
+  return `${SESSION_COOKIE}=${value ?? ''}; Path=/; HttpOnly; SameSite=Strict${flag}${life}`;
 }
 
 /**

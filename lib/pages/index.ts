@@ -31,7 +31,6 @@ import { readLog } from '../scheduler/task-log.ts';
 import { DOWNLOAD_URL_TTL_S, jobArtifacts, storeFor } from '../storage/index.ts';
 import {
   csrfToken,
-  isLoopbackHost,
   newSession,
   openSignIn,
   readSession,
@@ -39,6 +38,7 @@ import {
   type Session,
   sealSignIn,
   sessionCookie,
+  siteOrigin,
   verifyCsrf,
   verifyJobLink,
 } from './access.ts';
@@ -209,10 +209,21 @@ export function safeNext(next: string | null | undefined): string {
  * serves it).
  */
 function callbackUrl(event: HttpEvent, ctx: AppContext, forge: string): string {
-  const host = header(event, 'host') ?? event.requestContext?.domainName ?? 'localhost';
-  const base =
-    ctx.config.CONDUCTOR_PUBLIC_URL ?? `${isLoopbackHost(host) ? 'http' : 'https'}://${host}`;
-  return `${base.replace(/\/+$/, '')}/login/${forge}/callback`;
+  return `${origin(event, ctx)}/login/${forge}/callback`;
+}
+
+/** This site's origin (lib/pages/access.ts, siteOrigin). */
+function origin(event: HttpEvent, ctx: AppContext): string {
+  return siteOrigin(
+    ctx.config.CONDUCTOR_PUBLIC_URL,
+    header(event, 'host') ?? event.requestContext?.domainName,
+    header(event, 'x-forwarded-proto'),
+  );
+}
+
+/** Whether this site's cookies are `Secure`: its origin is https. */
+function secure(event: HttpEvent, ctx: AppContext): boolean {
+  return origin(event, ctx).startsWith('https:');
 }
 
 function here(event: HttpEvent): string {
@@ -449,13 +460,6 @@ const BadgeQuery = z.object({
   sig: z.string().max(100).optional(),
 });
 
-/** This site's origin, for links that leave it (the badge's Markdown). */
-function siteOrigin(event: HttpEvent, ctx: AppContext): string {
-  if (ctx.config.CONDUCTOR_PUBLIC_URL) return ctx.config.CONDUCTOR_PUBLIC_URL.replace(/\/+$/, '');
-  const host = header(event, 'host') ?? event.requestContext?.domainName ?? 'localhost';
-  return `${isLoopbackHost(host) ? 'http' : 'https'}://${host}`;
-}
-
 /**
  * Whether the signed-in person may start runs of the project (the Run form):
  * the one check the form and its page ask, as lib/app/people.ts decides
@@ -491,7 +495,7 @@ async function projectExtras(
         ctx.pool,
         ctx.keyring,
         id,
-        siteOrigin(event, ctx),
+        origin(event, ctx),
         visibility === 'public',
       ),
     );
@@ -664,17 +668,16 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     return {
       status: 302,
       headers: { location: url, 'cache-control': 'no-store' },
-      cookies: [signInCookie(sealed, forge.forge, header(event, 'host'))],
+      cookies: [signInCookie(sealed, forge.forge, secure(event, ctx))],
     };
   }),
   'GET /login/{forge}/callback': asPage(async (event, ctx, _act, people) => {
     const name = pathParam(event, 'forge');
     const forge = await people.oauthForge(ctx, name);
     if (!forge) throw new NotFoundError(`there is no sign-in with ${name} here`);
-    const host = header(event, 'host');
     const callback = callbackUrl(event, ctx, forge.forge);
     // The state is good once: the browser's copy goes whatever happens.
-    const forget = signInCookie(null, forge.forge, host);
+    const forget = signInCookie(null, forge.forge, secure(event, ctx));
     try {
       const { login, next } = await finishSignIn(
         ctx.pool,
@@ -692,7 +695,7 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
       });
       await purgeEndedSessions(ctx.pool);
       return htmlReply(200, renderSignedIn(forge.forge, login, next), {
-        cookies: [sessionCookie(cookieSession.value, host), forget],
+        cookies: [sessionCookie(cookieSession.value, secure(event, ctx)), forget],
       });
     } catch (err) {
       if (!(err instanceof SignInError)) throw err;
@@ -715,7 +718,7 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const session = newSession(ctx.keyring, ctx.adminToken);
     await createSession(ctx.pool, session.id, session.expiresS, { kind: 'admin' });
     await purgeEndedSessions(ctx.pool);
-    return redirect(next, [sessionCookie(session.value, header(event, 'host'))]);
+    return redirect(next, [sessionCookie(session.value, secure(event, ctx))]);
   }),
   'POST /logout': asPage(async (event, ctx) => {
     const session = sessionOf(event, ctx);
@@ -731,7 +734,7 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     }
     // The row goes: the cookie, wherever a copy of it is, opens nothing from now on.
     if (session) await endSession(ctx.pool, session.id);
-    return redirect('/', [sessionCookie(null, header(event, 'host'))]);
+    return redirect('/', [sessionCookie(null, secure(event, ctx))]);
   }),
 };
 

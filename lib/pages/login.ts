@@ -3,7 +3,6 @@
 import { forgeName } from '../people/index.ts';
 import { STATE_COOKIE, STATE_TTL_S } from '../people/oauth.ts';
 import type { Forge as ForgeKind } from '../states.ts';
-import { isLoopbackHost } from './access.ts';
 import { html, page } from './html.ts';
 
 /**
@@ -11,14 +10,10 @@ import { html, page } from './html.ts';
  * SameSite=Lax, not Strict: the forge sends the browser back from its own
  * site, and a Strict cookie would not come along. Only the callback's path.
  */
-export function signInCookie(
-  state: string | null,
-  forge: string,
-  host: string | undefined,
-): string {
-  const secure = isLoopbackHost(host) ? '' : '; Secure';
+export function signInCookie(state: string | null, forge: string, secure: boolean): string {
+  const flag = secure ? '; Secure' : '';
   const life = state === null ? '; Max-Age=0' : `; Max-Age=${STATE_TTL_S}`;
-  return `${STATE_COOKIE}=${state ?? ''}; Path=/login/${forge}/callback; HttpOnly; SameSite=Lax${secure}${life}`;
+  return `${STATE_COOKIE}=${state ?? ''}; Path=/login/${forge}/callback; HttpOnly; SameSite=Lax${flag}${life}`;
 }
 
 /**

@@ -9,6 +9,7 @@ import {
   JOB_LINK_TTL_S,
   newSession,
   readSession,
+  secureSite,
   sessionCookie,
   signJobLink,
   verifyJobLink,
@@ -95,10 +96,17 @@ test("a session is the admin token's: a new admin token ends it; the cookie is S
   assert.deepEqual(readSession(keyring, 'admin-token-one-1234', s.value)?.id, s.id);
   assert.equal(readSession(keyring, 'admin-token-two-1234', s.value), null);
   assert.equal(readSession(keyring, 'admin-token-one-1234', `${s.value.slice(0, -1)}x`), null);
-  assert.match(sessionCookie(s.value, 'ci.example.test'), /; Secure;/);
-  assert.doesNotMatch(sessionCookie(s.value, '127.0.0.1:8080'), /Secure/);
-  assert.doesNotMatch(sessionCookie(s.value, 'localhost:8080'), /Secure/);
-  assert.match(sessionCookie(null, 'ci.example.test'), /Max-Age=0/);
+  const cookie = (host: string, publicUrl?: string, proto?: string) =>
+    sessionCookie(s.value, secureSite(publicUrl, host, proto));
+  assert.match(cookie('ci.example.test'), /; Secure;/);
+  assert.doesNotMatch(cookie('127.0.0.1:8080'), /Secure/);
+  assert.doesNotMatch(cookie('localhost:8080'), /Secure/);
+  assert.match(sessionCookie(null, true), /Max-Age=0/);
+  // Behind a proxy the request comes to loopback over plain http: the public
+  // URL decides (issue #49), and so does the scheme a trusted proxy forwards.
+  assert.match(cookie('127.0.0.2:8080', 'https://ci.example.test'), /; Secure;/);
+  assert.doesNotMatch(cookie('ci.example.test', 'http://ci.example.test'), /Secure/);
+  assert.match(cookie('127.0.0.1:8080', undefined, 'https'), /; Secure;/);
 });
 
 test("a form without the session's CSRF token changes nothing; without a session it goes to /login", async () => {
