@@ -1,5 +1,5 @@
 // Self-hosted on one server (issue #49): the server (scripts/server.ts, what
-// `conductor server` runs) on this machine's PostgreSQL, bound to 127.0.0.2,
+// `conductor server` runs) on the run's PostgreSQL, bound to 127.0.0.2,
 // behind a real nginx that terminates TLS with a certificate this test makes.
 // Through the proxy: a signed push makes a job, a real runner that trusts
 // the CA runs it over TLS, the commit status links to the public https URL,
@@ -19,23 +19,26 @@ import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { createDatabase, dropDatabase, withDatabase } from '../../local/postgres.ts';
 import { githubPush } from '../forge/fixtures/github.ts';
+import { adminUrl } from '../helpers/db.ts';
 import { startFakeForge } from '../helpers/fake-forge.ts';
 import { runScript, type ServerProcess, serverCopy } from '../helpers/server-process.ts';
 import { gitRepo, tempDir, waitFor } from '../runner/support.ts';
 import { sendWebhook } from './calls.ts';
 import { pipeline } from './payloads.ts';
 
-// CI's second database mode: the system PostgreSQL (README, "Test").
-const SYSTEM_PG =
-  process.env.CONDUCTOR_SELF_HOST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+// The run's database server: the system PostgreSQL (15) in CI's second mode
+// (DATABASE_URL), the embedded one otherwise; CONDUCTOR_SELF_HOST_PG_URL
+// names another. The server under test gets a database of its own on it,
+// named under the run's prefix (CI drops everything under it).
+const SERVER_PG = process.env.CONDUCTOR_SELF_HOST_PG_URL ?? adminUrl();
 const NGINX = '/usr/sbin/nginx';
 assert.ok(existsSync(NGINX), `${NGINX} is missing: apt-get install nginx (.ci/run does)`);
 
 const dir = await tempDir('conductor-self-host-');
-const dbName = `selfhost_${randomBytes(4).toString('hex')}`;
-await createDatabase(SYSTEM_PG, dbName);
-after(() => dropDatabase(SYSTEM_PG, dbName));
-const databaseUrl = withDatabase(SYSTEM_PG, dbName);
+const dbName = `${process.env.CONDUCTOR_TEST_DB_PREFIX ?? 't_'}selfhost_${randomBytes(4).toString('hex')}`;
+await createDatabase(SERVER_PG, dbName);
+after(() => dropDatabase(SERVER_PG, dbName));
+const databaseUrl = withDatabase(SERVER_PG, dbName);
 
 /** A port the OS says is free now (nginx takes it next). */
 async function freePort(host: string): Promise<number> {
