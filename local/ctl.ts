@@ -39,6 +39,13 @@ export const USAGE = `usage: npm run ctl -- <command> [options]
                                             prints its token once
   worker revoke ID                          revoke a worker: its token stops working at once
   workers                                   list workers
+  pool create --name NAME --provider process|ecs --max N [--labels a,b]
+              [--trust trusted|untrusted] [--projects a,b] [--settings JSON]
+                                            a runner pool: runners started for waiting tasks
+  pool update NAME [--labels a,b] [--trust T] [--projects a,b | --all-projects]
+              [--provider P] [--max N] [--settings JSON]
+  pool delete NAME                          delete a pool (the sweep ends its runners)
+  pools                                     list pools, with their runners
   secret set --project ID --name NAME [--file PATH]
                                             set a secret to what standard input holds (a
                                             terminal asks for it without echoing it) or the
@@ -283,6 +290,11 @@ function parse(argv: string[]) {
       'catch-up': { type: 'string' },
       scope: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
+      // Runner pools (poolCommand, below).
+      provider: { type: 'string' },
+      max: { type: 'string' },
+      trust: { type: 'string' },
+      settings: { type: 'string' },
     },
   });
 }
@@ -454,6 +466,12 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
       case 'workers':
         print((await api('GET', '/v1/workers')).json);
         return 0;
+      // Runner pools: poolCommand, below.
+      case 'pool create':
+      case 'pool update':
+      case 'pool delete':
+      case 'pools':
+        return await poolCommand(positionals, values, api, print);
       case 'secret set': {
         const project = required(values, 'project');
         const name = required(values, 'name');
@@ -705,6 +723,76 @@ async function run({ values, positionals }: ReturnType<typeof parse>, io: CtlIo)
     }
     io.out(err instanceof Error ? err.message : String(err));
     return 1;
+  }
+}
+
+// Runner pools (#51; docs/runner.md, "Runner pools"): `pool create|update|delete`, `pools`.
+// Kept apart from the switch above for the CLI's rewrite (#48).
+type Api = (
+  method: string,
+  path: string,
+  body?: unknown,
+) => Promise<{ status: number; json: { pool?: unknown; pools?: unknown } | null }>;
+
+async function poolCommand(
+  positionals: string[],
+  values: ReturnType<typeof parse>['values'],
+  api: Api,
+  print: (value: unknown) => void,
+): Promise<number> {
+  const [command, sub, arg] = positionals;
+  const list = (v: string) =>
+    v
+      .split(',')
+      .map((x) => x.trim())
+      .filter(Boolean);
+  const fields = () => {
+    if (values.projects !== undefined && values['all-projects']) {
+      throw new UsageError('give --projects a,b or --all-projects, not both');
+    }
+    let settings: unknown;
+    if (values.settings !== undefined) {
+      try {
+        settings = JSON.parse(values.settings);
+      } catch {
+        throw new UsageError('--settings must be a JSON object, e.g. \'{"idle_limit_s": 30}\'');
+      }
+    }
+    const max = values.max === undefined ? undefined : Number(values.max);
+    if (max !== undefined && !Number.isInteger(max))
+      throw new UsageError('--max must be a whole number');
+    return {
+      ...(values.labels !== undefined ? { labels: list(values.labels) } : {}),
+      ...(values.trust !== undefined ? { trust: values.trust } : {}),
+      ...(values.projects !== undefined ? { projects: list(values.projects) } : {}),
+      ...(values['all-projects'] ? { projects: '*' } : {}),
+      ...(values.provider !== undefined ? { provider: values.provider } : {}),
+      ...(max !== undefined ? { max } : {}),
+      ...(settings !== undefined ? { settings } : {}),
+    };
+  };
+  if (command === 'pools') {
+    print((await api('GET', '/v1/pools')).json);
+    return 0;
+  }
+  const name = () => encodeURIComponent(arg ?? required(values, 'name'));
+  switch (sub) {
+    case 'create':
+      print(
+        (await api('POST', '/v1/pools', { name: required(values, 'name'), ...fields() })).json
+          ?.pool,
+      );
+      return 0;
+    case 'update':
+      print((await api('PATCH', `/v1/pools/${name()}`, fields())).json?.pool);
+      return 0;
+    case 'delete': {
+      const n = name();
+      await api('DELETE', `/v1/pools/${n}`);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown command "${positionals.join(' ')}"`);
   }
 }
 

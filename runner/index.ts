@@ -60,6 +60,12 @@ export interface RunnerOptions {
   untrusted?: boolean;
   /** Claims until it gets one task, runs it, and stops (`--once`). */
   once?: boolean;
+  /**
+   * With `once`: stops (exit 0) when no task was claimed within this long
+   * (`--idle-limit-s`): a runner a pool launched for a task another runner
+   * took does not wait for ever.
+   */
+  idleLimitMs?: number;
   /** Narrows the worker's registered labels; unset claims with all of them. */
   labels?: string[];
   /** Tasks run at once. Default 1. */
@@ -122,7 +128,10 @@ export interface Runner {
  * user unless `sameUser` is given).
  */
 export function optionConflict(
-  o: Pick<RunnerOptions, 'executor' | 'runAs' | 'sameUser' | 'untrusted' | 'once' | 'concurrency'>,
+  o: Pick<
+    RunnerOptions,
+    'executor' | 'runAs' | 'sameUser' | 'untrusted' | 'once' | 'concurrency' | 'idleLimitMs'
+  >,
   root = process.getuid?.() === 0,
 ): string | undefined {
   const shell = (o.executor ?? 'shell') === 'shell';
@@ -138,6 +147,8 @@ export function optionConflict(
   }
   if (o.once && (o.concurrency ?? 1) > 1)
     return '--once runs one task: --concurrency does not apply';
+  if (o.idleLimitMs !== undefined && !o.once)
+    return '--idle-limit-s is for --once: a runner that keeps polling has no idle limit';
   return undefined;
 }
 
@@ -260,6 +271,7 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     run_as: runAs?.name ?? null,
     untrusted: options.untrusted ?? false,
     once: options.once ?? false,
+    idle_limit_s: options.idleLimitMs === undefined ? null : options.idleLimitMs / 1000,
   });
   if (executor.kind === 'shell' && !runAs) {
     const me = currentUser(env).name;
@@ -345,6 +357,10 @@ class PollingRunner implements Runner {
     // Kept from a claim that got no answer to its repeat: the control plane
     // may have granted the first, and answers the same grant to the same key.
     let claimKey: string | undefined;
+    const idleUntil =
+      this.options.once && this.options.idleLimitMs !== undefined
+        ? Date.now() + this.options.idleLimitMs
+        : undefined;
     while (!this.stopping && !this.only) {
       if (this.active.size >= concurrency) {
         await new Promise<void>((done) => {
@@ -362,7 +378,17 @@ class PollingRunner implements Runner {
         if (failing > 0) log('info', 'the control plane answers again', { failures: failing });
         failing = 0;
         if (!claimed) {
-          await pause(backoff.next(), this.idle.signal);
+          if (idleUntil !== undefined && Date.now() >= idleUntil) {
+            log('info', 'idle limit reached: no task claimed; the runner stops', {
+              idle_limit_s: (this.options.idleLimitMs ?? 0) / 1000,
+            });
+            break;
+          }
+          const wait = backoff.next();
+          await pause(
+            idleUntil === undefined ? wait : Math.max(0, Math.min(wait, idleUntil - Date.now())),
+            this.idle.signal,
+          );
           continue;
         }
         backoff.reset();

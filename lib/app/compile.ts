@@ -35,6 +35,7 @@ import {
 import { noteScheduledJobFailed } from '../schedules/store.ts';
 import type { Keyring } from '../secrets.ts';
 import { decideChanges } from './changes.ts';
+import { afterTasksClaimable } from './pools.ts';
 import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
 
@@ -186,6 +187,8 @@ export async function runCompile(
     jobId,
     compile,
   );
+  // Its first tasks are queued: a pool may launch runners for them (#51).
+  if (outcome === 'started') await afterTasksClaimable(ctx);
   await deliverJobStatus(ctx, jobId);
   // A scheduled job whose pipeline is broken: its schedule says so (last_error).
   if (outcome === 'failed') await noteScheduledJobFailed(ctx.pool, jobId);

@@ -11,6 +11,7 @@ import {
   completeTask,
 } from '../scheduler/index.ts';
 import { maskReport } from './logs.ts';
+import { afterTasksClaimable } from './pools.ts';
 import { deliverJobStatus } from './statuses.ts';
 import { requireWorkerByHash } from './workers.ts';
 
@@ -58,6 +59,8 @@ export async function completeForToken(
     });
     if (fast.workerId === null) throw workerTokenRequired();
     if (fast.result) {
+      // Its followers may be queued now (#51); a settled job has none.
+      if (!fast.result.job_state) await afterTasksClaimable(ctx);
       if (fast.result.job_state) await deliverJobStatus(ctx, fast.result.job_id);
       return { state: fast.result.state, job_state: fast.result.job_state };
     }
@@ -72,6 +75,8 @@ export async function completeForToken(
     { ...report, workerId },
     { successTried: successFirst },
   );
+  // Followers queued, or this task queued again for a retry (#51).
+  if (!result.job_state) await afterTasksClaimable(ctx);
   if (result.job_state) await deliverJobStatus(ctx, result.job_id);
   return { state: result.state, job_state: result.job_state };
 }

@@ -8,6 +8,7 @@ import { ForbiddenError, NotFoundError, UnavailableError } from '../errors.ts';
 import { unblockTask } from '../scheduler/block.ts';
 import { getJobOnly, getJobView, type TaskView } from '../scheduler/index.ts';
 import { ADMIN_BEARER, actorName, may, type Person } from './people.ts';
+import { afterTasksClaimable } from './pools.ts';
 import { deliverJobStatus } from './statuses.ts';
 
 /** The body of an unblock: the block's fields by name; each value a string. */
@@ -46,6 +47,8 @@ export async function unblockJobTask(
   const person: Person = 'kind' in who ? who : ADMIN_BEARER;
   const name = await mayUnblock(ctx, person, jobId);
   const task = await unblockTask(ctx.pool, jobId, taskName, body.fields ?? {}, name);
+  // Its followers may be queued now (#51).
+  await afterTasksClaimable(ctx);
   await deliverJobStatus(ctx, jobId);
   const view = await getJobView(ctx.pool, jobId);
   const shown = view.tasks.find((t) => t.id === task.id);
