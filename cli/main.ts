@@ -7,6 +7,7 @@ import { registerArtifacts } from './artifacts.ts';
 import { CliError, type CliIo } from './context.ts';
 import { registerJobs } from './jobs.ts';
 import { registerPipeline } from './pipeline.ts';
+import { registerPools } from './pools.ts';
 import { registerProjects } from './projects.ts';
 import { registerSchedules } from './schedules.ts';
 import { registerSecrets } from './secrets.ts';
@@ -41,6 +42,7 @@ export function buildProgram(io: CliIo): Command {
   for (const register of [
     registerProjects,
     registerWorkers,
+    registerPools,
     registerSecrets,
     registerJobs,
     registerSchedules,

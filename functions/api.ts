@@ -20,6 +20,7 @@ import {
   saveCache,
 } from '../lib/app/caches.ts';
 import { refreshDirectoryEntry } from '../lib/app/directory.ts';
+import { withEcsProvider } from '../lib/app/fleet-aws.ts';
 import { checkHealth, checkReady } from '../lib/app/health.ts';
 import {
   approveBlockedJob,
@@ -36,6 +37,14 @@ import {
   peopleGate,
   revokeSession,
 } from '../lib/app/people.ts';
+import {
+  createPool,
+  deletePool,
+  listPools,
+  PoolCreateSchema,
+  PoolUpdateSchema,
+  updatePool,
+} from '../lib/app/pools.ts';
 import {
   createProject,
   deleteProject,
@@ -293,6 +302,28 @@ Object.assign(routes, {
   },
 } satisfies Record<string, Route>);
 
+// Runner pools (docs/runner.md, "Runner pools"): the admin's, by name.
+Object.assign(routes, {
+  'POST /v1/pools': async (event, ctx) => ({
+    status: 201,
+    body: { pool: await createPool(ctx, jsonBody(event, PoolCreateSchema)) },
+  }),
+  'GET /v1/pools': async (_event, ctx) => ({
+    status: 200,
+    body: { pools: await listPools(ctx) },
+  }),
+  'PATCH /v1/pools/{name}': async (event, ctx) => ({
+    status: 200,
+    body: {
+      pool: await updatePool(ctx, pathParam(event, 'name'), jsonBody(event, PoolUpdateSchema)),
+    },
+  }),
+  'DELETE /v1/pools/{name}': async (event, ctx) => {
+    await deletePool(ctx, pathParam(event, 'name'));
+    return { status: 204 };
+  },
+} satisfies Record<string, Route>);
+
 // Schedules (docs/schedules.md): the project's, by name.
 Object.assign(routes, {
   'POST /v1/projects/{id}/schedules': async (event, ctx, by) => ({
@@ -419,7 +450,7 @@ async function main(event: HttpEvent): Promise<Reply> {
   // API Gateway fills these for a route of its own; `$default` leaves them out.
   event.pathParameters = { ...match.params, ...event.pathParameters };
   const key = `${match.route.method} ${match.route.path}`;
-  const ctx = await getContext();
+  const ctx = withEcsProvider(await getContext());
   if (key === 'GET /v1/health') return { status: 200, body: await checkHealth(ctx) };
   if (key === 'GET /v1/ready') {
     const ready = await checkReady(ctx);

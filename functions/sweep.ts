@@ -1,6 +1,7 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
 import type { Context } from 'aws-lambda';
+import { withEcsProvider } from '../lib/app/fleet-aws.ts';
 import { DAILY_EVENT, scheduledSweep } from '../lib/app/sweep.ts';
 import { getContext } from '../lib/context.ts';
 import { logger } from '../lib/log.ts';
@@ -22,7 +23,7 @@ async function main(event: unknown, context?: Partial<Context>) {
   const remaining = context?.getRemainingTimeInMillis?.();
   const deadline = remaining === undefined ? undefined : Date.now() + remaining - MARGIN_MS;
   const daily = (event as { conductor?: unknown } | null)?.conductor === DAILY_EVENT.conductor;
-  return scheduledSweep(await getContext(), { deadline, daily });
+  return scheduledSweep(withEcsProvider(await getContext()), { deadline, daily });
 }
 
 // No early timeout: the sweep keeps its own deadline, and a compile that runs

@@ -152,6 +152,13 @@ export const ConfigSchema = z.object({
   CONDUCTOR_ARTIFACT_PROJECT_MAX_BYTES: positiveInt(2 ** 50).default(200 * 1024 ** 3),
   /** A project's cache quota: past it, entries unused for 7 days go first, then the least recently used. */
   CONDUCTOR_CACHE_QUOTA_BYTES: positiveInt(2 ** 50).default(10 * 1024 ** 3),
+  // Runner pools (docs/runner.md, "Runner pools").
+  /** The ECS API's endpoint for the ecs provider (tests, private endpoints); unset: the region's. */
+  CONDUCTOR_ECS_ENDPOINT: z.string().url().optional(),
+  /** The S3 endpoint the ecs provider writes runner token files to; unset: the region's. */
+  CONDUCTOR_RUNNER_TOKEN_S3_ENDPOINT: z.string().url().optional(),
+  /** The key prefix of runner token files in a pool's token_bucket. */
+  CONDUCTOR_RUNNER_TOKEN_PREFIX: z.string().min(1).max(200).default('runner-tokens/'),
 });
 export type Config = Readonly<z.infer<typeof ConfigSchema>>;
 

@@ -7,6 +7,7 @@
 import { type Config, ConfigError, loadConfig } from './config.ts';
 import { iamPassword } from './db/iam-token.ts';
 import { createPool, type Pool, setPreparedStatements } from './db/index.ts';
+import type { Providers } from './fleet/provider.ts';
 import { allowPrivateForges } from './forge/client.ts';
 import { IdleGate } from './idle/gate.ts';
 import type { WebhookIntake } from './idle/intake.ts';
@@ -37,6 +38,13 @@ export interface AppContext {
    * channel. Unset (Lambda): a claim never waits, runners poll.
    */
   pickup?: Pickup;
+  /**
+   * The runner pools' providers by name (lib/fleet/); unset: lib/app/pools.ts
+   * builds those the configuration allows (`ecs`). The local stack adds `process`.
+   */
+  fleet?: Providers;
+  /** Where a launched runner reaches the control plane when neither a pool's settings.url nor CONDUCTOR_PUBLIC_URL says (the local stack's address). */
+  runnerUrl?: string;
 }
 
 let current: Promise<AppContext> | undefined;

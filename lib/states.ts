@@ -90,3 +90,15 @@ export type StatusState = (typeof STATUS_STATES)[number];
 /** How an outbox row ended: posted, replaced by a newer one before it was, or abandoned. */
 export const STATUS_RESULTS = ['delivered', 'superseded', 'gave_up'] as const;
 export type StatusResult = (typeof STATUS_RESULTS)[number];
+
+/** Runner pools' providers (migrations/023): child processes here, or Fargate tasks. */
+export const POOL_PROVIDERS = ['process', 'ecs'] as const;
+export type PoolProvider = (typeof POOL_PROVIDERS)[number];
+
+/**
+ * A pool's launch (migrations/023): `pending` is decided and not yet carried
+ * out (or being retried after a failure), `started` the provider accepted it,
+ * `ended` its runner is gone or no longer wanted (its worker revoked).
+ */
+export const LAUNCH_STATES = ['pending', 'started', 'ended'] as const;
+export type LaunchState = (typeof LAUNCH_STATES)[number];

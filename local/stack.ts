@@ -6,12 +6,16 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { storeOf } from '../lib/app/artifacts.ts';
 import { inProcessDispatcher } from '../lib/app/dispatch.ts';
+import { ecsProvider } from '../lib/app/fleet-aws.ts';
+import { runnerExited } from '../lib/app/pools.ts';
 import { runSweep } from '../lib/app/sweep.ts';
 import { type Config, loadConfig } from '../lib/config.ts';
 import { type AppContext, clearContext, setContext } from '../lib/context.ts';
 import { createPool, migrate, type Pool, setPreparedStatements } from '../lib/db/index.ts';
+import { ProcessProvider } from '../lib/fleet/process.ts';
 import { allowPrivateForges } from '../lib/forge/client.ts';
 import { newToken } from '../lib/http/auth.ts';
 import { log } from '../lib/log.ts';
@@ -69,6 +73,16 @@ async function loadHandlers(): Promise<Handlers> {
     complete: complete.handler,
     api: api.handler,
   };
+}
+
+/** How the local stack starts the reference runner (scripts/runner.ts through tsx's loader). */
+export function runnerCommand(): string[] {
+  return [
+    process.execPath,
+    '--import',
+    import.meta.resolve('tsx'),
+    fileURLToPath(new URL('../scripts/runner.ts', import.meta.url)),
+  ];
 }
 
 /**
@@ -164,6 +178,14 @@ export async function startLocalStack(
   }
   const { port } = server.address() as AddressInfo;
 
+  // Runner pools' `process` provider (docs/runner.md, "Runner pools"): the
+  // reference runner as child processes of this one. It starts nothing
+  // until a pool names it.
+  const runners = new ProcessProvider(runnerCommand());
+  runners.onExit = (launchId, ref) => void runnerExited(context, launchId, ref);
+  context.fleet = { process: runners, ecs: ecsProvider(context) };
+  context.runnerUrl = `http://127.0.0.1:${port}`;
+
   let sweeping: Promise<unknown> | undefined;
   const timer =
     opts.sweep === false
@@ -189,6 +211,8 @@ export async function startLocalStack(
     database,
     async stop() {
       if (timer) clearInterval(timer);
+      // Launched runners first, while the server can take their give-backs.
+      await runners.stopAll();
       // Waiting long polls end (answered 204) before the server closes.
       await pickup?.close();
       await closeLocalServer(server);

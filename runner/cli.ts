@@ -26,6 +26,8 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
                        scripts under the runner's own uid
   --once               claim until one task comes, run it, report it and exit
                        (for an ephemeral worker's token)
+  --idle-limit-s N     with --once: exit when no task was claimed within N
+                       seconds (a runner a pool launched)
   --labels a,b         claim only tasks these labels satisfy (a subset of the
                        worker's registered labels; default all of them)
   --concurrency N      tasks run at once (default 1)
@@ -61,6 +63,7 @@ export const RunnerArgsSchema = z.object({
   'same-user': z.boolean().default(false),
   untrusted: z.boolean().default(false),
   once: z.boolean().default(false),
+  'idle-limit-s': seconds('idle-limit-s', 1).optional(),
   labels: z
     .string()
     .optional()
@@ -115,6 +118,7 @@ export async function parseRunnerArgs(
       'same-user': { type: 'boolean' },
       untrusted: { type: 'boolean' },
       once: { type: 'boolean' },
+      'idle-limit-s': { type: 'string' },
       labels: { type: 'string' },
       concurrency: { type: 'string' },
       workdir: { type: 'string' },
@@ -159,6 +163,7 @@ export async function parseRunnerArgs(
     ...(a['same-user'] ? { sameUser: true } : {}),
     ...(a.untrusted ? { untrusted: true } : {}),
     ...(a.once ? { once: true } : {}),
+    ...(a['idle-limit-s'] !== undefined ? { idleLimitMs: a['idle-limit-s'] * 1000 } : {}),
     ...(a.labels ? { labels: a.labels } : {}),
     concurrency: a.concurrency,
     ...(a.workdir ? { workdir: a.workdir } : {}),

@@ -61,6 +61,12 @@ export interface RunnerOptions {
   untrusted?: boolean;
   /** Claims until it gets one task, runs it, and stops (`--once`). */
   once?: boolean;
+  /**
+   * With `once`: stops (exit 0) when no task was claimed within this long
+   * (`--idle-limit-s`): a runner a pool launched for a task another runner
+   * took does not wait for ever.
+   */
+  idleLimitMs?: number;
   /** Narrows the worker's registered labels; unset claims with all of them. */
   labels?: string[];
   /** Tasks run at once. Default 1. */
@@ -131,7 +137,10 @@ export interface Runner {
  * user unless `sameUser` is given).
  */
 export function optionConflict(
-  o: Pick<RunnerOptions, 'executor' | 'runAs' | 'sameUser' | 'untrusted' | 'once' | 'concurrency'>,
+  o: Pick<
+    RunnerOptions,
+    'executor' | 'runAs' | 'sameUser' | 'untrusted' | 'once' | 'concurrency' | 'idleLimitMs'
+  >,
   root = process.getuid?.() === 0,
 ): string | undefined {
   const shell = (o.executor ?? 'shell') === 'shell';
@@ -147,6 +156,8 @@ export function optionConflict(
   }
   if (o.once && (o.concurrency ?? 1) > 1)
     return '--once runs one task: --concurrency does not apply';
+  if (o.idleLimitMs !== undefined && !o.once)
+    return '--idle-limit-s is for --once: a runner that keeps polling has no idle limit';
   return undefined;
 }
 
@@ -284,6 +295,7 @@ export async function startRunner(options: RunnerOptions): Promise<Runner> {
     run_as: runAs?.name ?? null,
     untrusted: options.untrusted ?? false,
     once: options.once ?? false,
+    idle_limit_s: options.idleLimitMs === undefined ? null : options.idleLimitMs / 1000,
   });
   if (executor.kind === 'shell' && !runAs) {
     const me = currentUser(env).name;
@@ -376,6 +388,10 @@ class PollingRunner implements Runner {
     // may have granted the first, and answers the same grant to the same key.
     let claimKey: string | undefined;
     const waitS = Math.min(25, Math.max(0, Math.floor(this.options.claimWaitS ?? 25)));
+    const idleUntil =
+      this.options.once && this.options.idleLimitMs !== undefined
+        ? Date.now() + this.options.idleLimitMs
+        : undefined;
     while (!this.stopping && !this.only) {
       if (this.active.size >= concurrency) {
         await new Promise<void>((done) => {
@@ -389,22 +405,37 @@ class PollingRunner implements Runner {
         // us, or its task waits for its lease to expire.
         claimKey ??= newClaimKey();
         const asked = Date.now();
+        // A runner with an idle limit waits no longer than what is left of it.
+        const pollS =
+          idleUntil === undefined
+            ? waitS
+            : Math.min(waitS, Math.max(0, Math.ceil((idleUntil - asked) / 1000)));
         // A long poll is the one claim stop() cuts short: the control plane
         // stops waiting when the runner hangs up, and gives back a claim it
         // made meanwhile.
         const claimed = await client.claim(this.options.labels, {
           idempotencyKey: claimKey,
-          ...(waitS > 0 ? { waitS, signal: this.idle.signal } : {}),
+          ...(pollS > 0 ? { waitS: pollS, signal: this.idle.signal } : {}),
         });
         claimKey = undefined;
         if (failing > 0) log('info', 'the control plane answers again', { failures: failing });
         failing = 0;
         if (!claimed) {
+          if (idleUntil !== undefined && Date.now() >= idleUntil) {
+            log('info', 'idle limit reached: no task claimed; the runner stops', {
+              idle_limit_s: (this.options.idleLimitMs ?? 0) / 1000,
+            });
+            break;
+          }
           // The control plane waited out the long poll: ask again at once.
           // It answered sooner: it offers no wait (or its channel is down),
           // so poll with the backoff.
-          if (waitS > 0 && Date.now() - asked >= waitS * 1000 - LONG_POLL_SLACK_MS) continue;
-          await pause(backoff.next(), this.idle.signal);
+          if (pollS > 0 && Date.now() - asked >= pollS * 1000 - LONG_POLL_SLACK_MS) continue;
+          const wait = backoff.next();
+          await pause(
+            idleUntil === undefined ? wait : Math.max(0, Math.min(wait, idleUntil - Date.now())),
+            this.idle.signal,
+          );
           continue;
         }
         backoff.reset();

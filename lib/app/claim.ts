@@ -261,7 +261,7 @@ export async function claimForRunner(
     } catch (err) {
       // A claim given back (its reply lost, its answer not assembled) is
       // queued again: other waiting runners may take it.
-      tasksClaimable(ctx, 'give-back');
+      await tasksClaimable(ctx, 'give-back');
       throw err;
     }
   });

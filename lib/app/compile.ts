@@ -190,7 +190,7 @@ export async function runCompile(
     compile,
   );
   // Before the status post (a call to the forge): runners start now.
-  if (outcome === 'started') tasksClaimable(ctx, 'compile', jobId);
+  if (outcome === 'started') await tasksClaimable(ctx, 'compile', jobId);
   await deliverJobStatus(ctx, jobId);
   // A scheduled job whose pipeline is broken: its schedule says so (last_error).
   if (outcome === 'failed') await noteScheduledJobFailed(ctx.pool, jobId);

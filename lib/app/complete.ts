@@ -59,7 +59,7 @@ export async function completeForToken(
     });
     if (fast.workerId === null) throw workerTokenRequired();
     if (fast.result) {
-      tasksClaimable(ctx, 'completion', fast.result.job_id);
+      await tasksClaimable(ctx, 'completion', fast.result.job_id);
       if (fast.result.job_state) await deliverJobStatus(ctx, fast.result.job_id);
       return { state: fast.result.state, job_state: fast.result.job_state };
     }
@@ -74,7 +74,7 @@ export async function completeForToken(
     { ...report, workerId },
     { successTried: successFirst },
   );
-  tasksClaimable(ctx, 'completion', result.job_id);
+  await tasksClaimable(ctx, 'completion', result.job_id);
   if (result.job_state) await deliverJobStatus(ctx, result.job_id);
   return { state: result.state, job_state: result.job_state };
 }

@@ -116,7 +116,7 @@ export async function cancelJobNow(
 ): Promise<JobView> {
   await cancelJob(ctx.pool, jobId, 'cancelled through the API');
   // Its concurrency groups' places are free for other jobs' tasks.
-  tasksClaimable(ctx, 'cancel', jobId);
+  await tasksClaimable(ctx, 'cancel', jobId);
   await deliverJobStatus(ctx, jobId);
   const view = await getJobOnly(ctx.pool, jobId);
   await audit(ctx.pool, by, {

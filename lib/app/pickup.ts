@@ -7,6 +7,7 @@
 // the woken claims run conductor_claim like any other.
 import type { AppContext } from '../context.ts';
 import { log } from '../log.ts';
+import { afterTasksClaimable } from './pools.ts';
 
 /** Which transition made tasks claimable (for the log line, and for whoever else listens). */
 export type ClaimableWhy =
@@ -18,8 +19,23 @@ export type ClaimableWhy =
   | 'cancel'
   | 'supersede';
 
-/** Called after each commit that may have made a task claimable: wakes the waiting claims. Never throws. */
-export function tasksClaimable(ctx: AppContext, why: ClaimableWhy, jobId?: string): void {
+/**
+ * Called after each commit that may have made a task claimable: wakes the
+ * waiting claims, then lets the runner pools launch runners for what no idle
+ * runner takes (lib/app/pools.ts). Never throws; what a hint leaves undone,
+ * the next claim or the sweep does.
+ */
+export async function tasksClaimable(
+  ctx: AppContext,
+  why: ClaimableWhy,
+  jobId?: string,
+): Promise<void> {
+  wakeClaims(ctx, why, jobId);
+  await afterTasksClaimable(ctx);
+}
+
+/** Wakes the waiting claims only (the sweep, which reconciles the pools itself). Never throws. */
+export function wakeClaims(ctx: AppContext, why: ClaimableWhy, jobId?: string): void {
   const pickup = ctx.pickup;
   if (!pickup) return;
   try {

@@ -7,7 +7,8 @@ import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { scheduleWork } from '../schedules/store.ts';
 import { purgeStorage } from './artifacts.ts';
 import { dispatchCompile } from './dispatch.ts';
-import { tasksClaimable } from './pickup.ts';
+import { wakeClaims } from './pickup.ts';
+import { type PoolsSummary, reconcilePools } from './pools.ts';
 import { type FireSummary, fireDueSchedules } from './schedules.ts';
 import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses.ts';
 
@@ -39,7 +40,7 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     repairs.tasks_block_timed_out +
     repairs.tasks_cancelled +
     repairs.jobs_settled;
-  if (freed > 0) tasksClaimable(ctx, 'sweep');
+  if (freed > 0) wakeClaims(ctx, 'sweep');
   const outOfTime = () =>
     halt.signal.aborted || (opts.deadline !== undefined && Date.now() >= opts.deadline);
   const skipped = [...repairs.skipped];
@@ -63,6 +64,11 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
       return none;
     }
   };
+  // Runner pools (#51, lib/app/pools.ts): a step of its own, after the
+  // repairs so that tasks they requeued count as demand.
+  const pools: PoolsSummary = await step('pools', { launches_started: 0, launches_ended: 0 }, () =>
+    reconcilePools(ctx),
+  );
   const statuses: DeliverySummary = await step(
     'statuses',
     { statuses_delivered: 0, statuses_superseded: 0, statuses_failed: 0, statuses_given_up: 0 },
@@ -84,7 +90,16 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
   const stored = await step('artifacts', { artifacts_purged: 0, caches_purged: 0 }, () =>
     purgeStorage(ctx),
   );
-  const summary = { ...repairs, deferred, ...statuses, ...fired, ...purged, ...stored, skipped };
+  const summary = {
+    ...repairs,
+    deferred,
+    ...pools,
+    ...statuses,
+    ...fired,
+    ...purged,
+    ...stored,
+    skipped,
+  };
   const { statuses_delivered: _d, skipped: _s, ...worth } = summary;
   if (skipped.length > 0 || deferred > 0) {
     log('warn', 'sweep left work for the next sweep', summary);

@@ -21,7 +21,7 @@ export async function triggerJob(
 ): Promise<void> {
   if (job.state === 'pending') await dispatchCompile(ctx, job.id);
   // Superseded jobs cancelled: their concurrency groups' places are free.
-  if (cancelled.length > 0) tasksClaimable(ctx, 'supersede');
+  if (cancelled.length > 0) await tasksClaimable(ctx, 'supersede');
   for (const jobId of cancelled) await deliverJobStatus(ctx, jobId);
   if (job.state !== 'pending') await deliverJobStatus(ctx, job.id);
 }

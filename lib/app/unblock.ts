@@ -47,7 +47,7 @@ export async function unblockJobTask(
   const person: Person = 'kind' in who ? who : ADMIN_BEARER;
   const name = await mayUnblock(ctx, person, jobId);
   const task = await unblockTask(ctx.pool, jobId, taskName, body.fields ?? {}, name);
-  tasksClaimable(ctx, 'unblock', jobId);
+  await tasksClaimable(ctx, 'unblock', jobId);
   await deliverJobStatus(ctx, jobId);
   const view = await getJobView(ctx.pool, jobId);
   const shown = view.tasks.find((t) => t.id === task.id);

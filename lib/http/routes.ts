@@ -46,6 +46,11 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/v1/workers', fn: 'api' },
   { method: 'GET', path: '/v1/workers', fn: 'api' },
   { method: 'DELETE', path: '/v1/workers/{id}', fn: 'api' },
+  // Runner pools (docs/runner.md, "Runner pools"): the admin's.
+  { method: 'POST', path: '/v1/pools', fn: 'api' },
+  { method: 'GET', path: '/v1/pools', fn: 'api' },
+  { method: 'PATCH', path: '/v1/pools/{name}', fn: 'api' },
+  { method: 'DELETE', path: '/v1/pools/{name}', fn: 'api' },
   { method: 'GET', path: '/v1/sessions', fn: 'api' },
   { method: 'DELETE', path: '/v1/sessions/{id}', fn: 'api' },
   { method: 'GET', path: '/v1/audit', fn: 'api' },

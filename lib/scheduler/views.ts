@@ -123,6 +123,12 @@ const JOB_GROUP_REASON = `(select case when j.concurrency_key is not null and no
     end
    from jobs j where j.id = t.job_id)`;
 
+// Runner pools (migrations/023, issue #51): a launch that failed and waits to
+// be tried again, a pool's runner on its way, or no runner or pool at all.
+// Null without pools (conductor_pool_reason), and the reasons below stand.
+const POOL_REASON = `case when t.state = 'queued'
+  then conductor_pool_reason(t.id, t.labels, t.trusted, ${PROJECT}) end`;
+
 const QUEUE_REASON = `case when t.state = 'queued' and not exists (
     select 1 from workers w
      where ${POOL} and t.labels <@ w.labels
@@ -174,7 +180,7 @@ export async function getJobView(
             t.unblocked_by, t.unblocked_at,
             coalesce((select jsonb_object_agg(o.name, o.value) from task_outputs o where o.task_id = t.id),
                      '{}'::jsonb) as outputs,
-            coalesce(${JOB_GROUP_REASON}, ${GROUP_REASON}, ${QUEUE_REASON}) as queue_reason
+            coalesce(${JOB_GROUP_REASON}, ${GROUP_REASON}, ${POOL_REASON}, ${QUEUE_REASON}) as queue_reason
        from tasks t where t.job_id = $1 order by t.position`,
     [jobId],
   );

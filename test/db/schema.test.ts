@@ -8,6 +8,8 @@ import {
   FORK_PULL_REQUEST_POLICIES,
   JOB_STATES,
   JOB_TRIGGERS,
+  LAUNCH_STATES,
+  POOL_PROVIDERS,
   SCHEDULE_CATCH_UP,
   STATUS_RESULTS,
   STATUS_STATES,
@@ -42,6 +44,8 @@ const pairs: [string, readonly string[]][] = [
   ['status_outbox_result_check', STATUS_RESULTS],
   ['tasks_run_when_check', TASK_RUN_WHEN],
   ['schedules_catch_up_check', SCHEDULE_CATCH_UP],
+  ['pools_provider_check', POOL_PROVIDERS],
+  ['runner_launches_state_check', LAUNCH_STATES],
 ];
 
 for (const [constraint, values] of pairs) {
