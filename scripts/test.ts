@@ -18,7 +18,22 @@ function findTests(path: string): string[] {
 }
 
 const roots = process.argv.slice(2);
-const found = (roots.length ? roots : ['test']).flatMap(findTests).map((f) => relative('.', f));
+const listed = (roots.length ? roots : ['test']).flatMap(findTests).map((f) => relative('.', f));
+// CONDUCTOR_TEST_SKIP: comma-separated files left out of this run, one line
+// saying which. CI's second database mode leaves out the files that do not
+// depend on the database's version and ran in the first (.ci/run).
+const skip = new Set(
+  (process.env.CONDUCTOR_TEST_SKIP ?? '')
+    .split(',')
+    .map((f) => f.trim())
+    .filter(Boolean),
+);
+const found = listed.filter((f) => !skip.has(f));
+if (found.length < listed.length) {
+  console.log(
+    `# ${listed.length - found.length} test files left out by CONDUCTOR_TEST_SKIP: ${listed.filter((f) => skip.has(f)).join(', ')}`,
+  );
+}
 // The browser tests (*.browser.test.ts) drive Debian's Chromium; without it
 // they are left out of the run, and one line says so.
 const chromium = process.env.CONDUCTOR_CHROMIUM ?? '/usr/bin/chromium';
