@@ -109,11 +109,13 @@ test('the image asset is staged from Dockerfile.runner with the runner bundle al
     recursive: true,
   }).map(String);
   assert.deepEqual(staged.sort(), ['Dockerfile.runner', 'dist', 'dist/conductor-runner.mjs']);
+  const emptyDir = mkdtempSync(join(tmpdir(), 'conductor-no-runner-'));
+  after(() => rmSync(emptyDir, { recursive: true, force: true }));
   assert.throws(
     () =>
       synth(bundles, {
         fargateRunners: true,
-        runnerImageDir: mkdtempSync(join(tmpdir(), 'conductor-no-runner-')),
+        runnerImageDir: emptyDir,
       }),
     /no runner bundle at .*dist\/conductor-runner\.mjs: run npm run build-runner, or give runnerImage/,
   );
