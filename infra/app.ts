@@ -8,6 +8,7 @@
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { App } from 'aws-cdk-lib';
+import { buildRunner } from '../scripts/build-runner.ts';
 import { bundleFunctions, DEFAULT_OUTDIR } from '../scripts/bundle.ts';
 import { ContextError, contextFromArgs, propsFromContext } from './context.ts';
 import { ConductorStack } from './stack.ts';
@@ -43,6 +44,12 @@ if (!args.includes('--no-bundle')) {
   const sizes = bundles.map((b) => `${b.name} ${Math.round(b.bytes / 1024)} KB`).join(', ');
   // stderr: the CDK CLI reads the app's stdout for nothing, but keep it clean.
   console.error(`bundled in ${Date.now() - started} ms: ${sizes}`);
+  // The Fargate runners' image is built from Dockerfile.runner at deploy:
+  // its one file is built here.
+  if (props.fargateRunners && !props.runnerImage) {
+    const runner = await buildRunner();
+    console.error(`built the runner: ${runner.outfile}`);
+  }
 }
 new ConductorStack(app, stackName, {
   ...props,

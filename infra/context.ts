@@ -63,6 +63,11 @@ export const ContextSchema = z.object({
     .url({ protocol: /^https$/, hostname: z.regexes.domain, message: 'must be an https:// URL' })
     .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
     .optional(),
+  fargateRunners: bool.optional(),
+  runnerImage: z
+    .string()
+    .regex(/^[a-z0-9][\w.:/@-]{0,499}$/, 'must be an image reference, e.g. ghcr.io/acme/runner:1')
+    .optional(),
   existingVpc: json(
     z.strictObject({
       vpcId: z.string().regex(/^vpc-[0-9a-f]+$/),
@@ -116,6 +121,8 @@ export const VALID_VALUES: Readonly<Record<keyof Context, string>> = {
   throttleRate: 'requests per second, a whole number from 1 to 10000',
   throttleBurst: 'a whole number from 1 to 5000',
   publicUrl: 'an https:// URL without query or fragment, e.g. https://ci.example.com',
+  fargateRunners: 'true or false',
+  runnerImage: 'an image reference, e.g. 123456789012.dkr.ecr.eu-west-1.amazonaws.com/runner:1',
   existingVpc:
     'JSON: {"vpcId": "vpc-...", "availabilityZones": [...], "privateSubnetIds": [...], "isolatedSubnetIds"?: [...]}',
   existingDatabase:
@@ -202,6 +209,8 @@ export function propsFromContext(get: (key: string) => unknown): {
       existingDatabase: c.existingDatabase,
       outsideVpc: c.outsideVpc,
       publicUrl: c.publicUrl,
+      fargateRunners: c.fargateRunners,
+      runnerImage: c.runnerImage,
     },
   };
 }

@@ -1,8 +1,10 @@
 // The bill as a test: a monthly cost read from a synthesised template, at
 // list prices. `node --import tsx infra/cost.ts [template.json]` prints it;
-// test/infra/cost.test.ts holds the default to $10 a month idle.
+// test/infra/cost.test.ts holds the default to $10 a month idle, and the
+// Fargate runners' task-minute and month.
 import { readFileSync } from 'node:fs';
 import { TOKEN_CACHE_MS } from '../lib/idle/workers.ts';
+import { RUNNER_TASK_SIZE } from './fleet.ts';
 
 /**
  * us-east-1 on-demand list prices, read from the AWS pricing pages on
@@ -57,6 +59,16 @@ export const PRICES = {
   pushedRunnerPollS: 300,
   /** $connect and $disconnect: a Lambda answered from the gate's bucket. */
   wsRouteMs: 30,
+  /** Fargate, Linux on x86_64, billed by the second (a minute at least). */
+  fargateVcpuHour: 0.04048,
+  fargateGbHour: 0.004445,
+  /** A launched runner's billed time besides its task: the image pull and start, the exit. */
+  fargateOverheadS: 30,
+  /** What a runner's task writes to CloudWatch Logs (its own lines; the scripts' go to Conductor). */
+  runnerLogBytesPerTask: 20 * 1024,
+  ecrGbMonth: 0.1,
+  /** The runner image (node:20-bookworm-slim, git, the runner), compressed. */
+  runnerImageGb: 0.2,
 };
 
 interface Template {
@@ -140,6 +152,14 @@ export function idleCost(t: Template, p = PRICES, opts: { runners?: number } = {
       sweeps * 0.1 * 0.5 * p.lambdaArmGbSecond +
       (3 * sweeps * p.s3GetPerThousand) / 1000,
   );
+  // Fargate runners (fargateRunners): the cluster, the task definition, the
+  // roles and an empty bucket are free; no runner runs while nothing is queued.
+  if (of(t, 'AWS::ECS::TaskDefinition').length > 0) {
+    add(
+      `Fargate runners' image in ECR (~${p.runnerImageGb} GB; no runner runs while idle)`,
+      p.runnerImageGb * p.ecrGbMonth,
+    );
+  }
   lines.push(...runnersCost(t, opts.runners ?? 0, p));
   return lines;
 }
@@ -283,6 +303,48 @@ export function trafficCost(tasksPerDay: number, p = PRICES): CostLine[] {
   ];
 }
 
+/** A Fargate runner's size: the template's task definition, or the default (infra/fleet.ts). */
+export function fargateSize(t?: Template): { cpu: number; memoryMiB: number } {
+  const td = t && of(t, 'AWS::ECS::TaskDefinition')[0];
+  if (!td) return { ...RUNNER_TASK_SIZE };
+  return { cpu: Number(td.Properties?.Cpu), memoryMiB: Number(td.Properties?.Memory) };
+}
+
+/** What a minute of one Fargate runner costs, at a size (vCPU units of 1024, MiB). */
+export function fargateTaskMinute(size = fargateSize(), p = PRICES): number {
+  return ((size.cpu / 1024) * p.fargateVcpuHour + (size.memoryMiB / 1024) * p.fargateGbHour) / 60;
+}
+
+/**
+ * What launched Fargate runners cost a month at `tasksPerDay` tasks of
+ * `minutes` each, one runner a task: its billed time (the task, plus the
+ * image pull and start, a minute at least), its log lines, and the token
+ * file written for it. Nothing runs, and nothing is billed, between tasks:
+ * the image's storage is the whole of it while idle (`idleCost`).
+ */
+export function fargateCost(
+  tasksPerDay: number,
+  minutes: number,
+  size = fargateSize(),
+  p = PRICES,
+): CostLine[] {
+  const tasks = tasksPerDay * 30;
+  const billedMin = Math.max(1, minutes + p.fargateOverheadS / 60);
+  const vcpu = size.cpu / 1024;
+  const gb = size.memoryMiB / 1024;
+  return [
+    {
+      item: `Fargate runners (${vcpu} vCPU, ${gb} GB; ${billedMin} min billed a task)`,
+      monthly: tasks * billedMin * fargateTaskMinute(size, p),
+    },
+    {
+      item: "Fargate runners' own logs",
+      monthly: (tasks * p.runnerLogBytesPerTask * p.logsIngestGb) / 1024 ** 3,
+    },
+    { item: 'token files (one PUT a launch)', monthly: (tasks * p.s3PutPerThousand) / 1000 },
+  ];
+}
+
 export const total = (lines: CostLine[]) => lines.reduce((n, l) => n + l.monthly, 0);
 
 if (process.argv[1]?.endsWith('cost.ts')) {
@@ -305,4 +367,12 @@ if (process.argv[1]?.endsWith('cost.ts')) {
       `at ${n.toLocaleString('en')} tasks a day: $${(total(idle) + total(trafficCost(n))).toFixed(2)}`,
     );
   }
+  const size = fargateSize(t);
+  console.log(
+    `\nFargate runners at ${size.cpu / 1024} vCPU, ${size.memoryMiB / 1024} GB: $${fargateTaskMinute(size).toFixed(5)} a task-minute; idle runners $0`,
+  );
+  const fargate = fargateCost(1_000, 5, size);
+  console.log('at 1,000 tasks a day of 5 minutes, each on a launched runner:');
+  for (const l of fargate) console.log(`  ${l.item.padEnd(80)} $${l.monthly.toFixed(2)}`);
+  console.log(`  total: $${total(fargate).toFixed(2)} (+ the traffic above)`);
 }

@@ -28,4 +28,6 @@ export const SETTING_DEFAULTS = {
   outsideVpc: false,
   throttleRate: 50,
   throttleBurst: 100,
+  // Opt-in: building the runner's image needs Docker at deploy.
+  fargateRunners: false,
 } as const satisfies { [K in keyof Context]?: Context[K] };

@@ -9,6 +9,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import {
   aws_apigatewayv2 as apigwv2,
   aws_apigatewayv2_integrations as apigwv2Integrations,
@@ -22,11 +23,10 @@ import {
   aws_iam as iam,
   type aws_lambda as lambda,
   type aws_logs as logs,
-  RemovalPolicy,
   type aws_rds as rds,
   Stack,
   type StackProps,
-  aws_s3 as s3,
+  type aws_s3 as s3,
   type aws_secretsmanager as secretsmanager,
   type aws_sns as sns,
   aws_sqs as sqs,
@@ -41,10 +41,11 @@ import { DEFAULT_OUTDIR, FUNCTION_NAMES, MIGRATIONS_HASH_FILE } from '../scripts
 import { Alarms } from './alarms.ts';
 import { Database, type ExistingDatabase } from './database.ts';
 import { SETTING_DEFAULTS as DEFAULTS } from './defaults.ts';
+import { RunnerFleet } from './fleet.ts';
 import { type ConductorFunction, Functions, pascal, RESERVED_CONCURRENCY } from './functions.ts';
 import { type ExistingVpc, Network } from './network.ts';
 import { createAppSecrets } from './secrets.ts';
-import { ARTIFACT_ACTIONS, artifactsBucket, grantArtifacts } from './storage.ts';
+import { ARTIFACT_ACTIONS, artifactsBucket, grantArtifacts, privateBucket } from './storage.ts';
 
 export { DB_NAME, type ExistingDatabase } from './database.ts';
 export type { ConductorFunction } from './functions.ts';
@@ -72,6 +73,11 @@ export const STATUS_POSTERS = [
   'complete',
   'sweep',
 ] as const satisfies ConductorFunction[];
+
+/** The functions that carry the ecs provider (lib/app/fleet-aws.ts) and launch Fargate runners. */
+export const RUNNER_LAUNCHERS = ['api', 'sweep'] as const satisfies ConductorFunction[];
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 /** The database role the functions sign in as (IAM authentication); migrate uses the owner. */
 export const APP_DB_USER = 'conductor_app';
@@ -157,6 +163,16 @@ export interface ConductorStackProps extends StackProps {
    * commit statuses link there. Default: the HTTP API's own URL.
    */
   publicUrl?: string;
+  /**
+   * Runners on Fargate for `ecs` pools: the cluster, the runner's task
+   * definition, its log group, the token files' bucket and their IAM
+   * (infra/fleet.ts). Needs a VPC (not `outsideVpc`). Default false.
+   */
+  fargateRunners?: boolean;
+  /** The runners' image instead of building Dockerfile.runner (needs Docker at deploy). */
+  runnerImage?: string;
+  /** The build context of Dockerfile.runner; default the repository (tests give a stand-in). */
+  runnerImageDir?: string;
 }
 
 export class ConductorStack extends Stack {
@@ -174,6 +190,8 @@ export class ConductorStack extends Stack {
   readonly proxy?: rds.DatabaseProxy;
   readonly compileFailures: sqs.Queue;
   readonly alarmTopic: sns.Topic;
+  /** Fargate runners for `ecs` pools, with `fargateRunners`. */
+  readonly runnerFleet?: RunnerFleet;
 
   constructor(scope: Construct, id: string, props: ConductorStackProps = {}) {
     super(scope, id, props);
@@ -185,6 +203,9 @@ export class ConductorStack extends Stack {
       }
     }
 
+    if (props.fargateRunners && props.outsideVpc) {
+      throw new Error('fargateRunners needs a VPC for the runners: not with outsideVpc');
+    }
     if (props.outsideVpc && (!props.existingDatabase || props.existingVpc)) {
       throw new Error(
         'outsideVpc needs an existingDatabase the functions reach over the internet, and no existingVpc',
@@ -230,14 +251,9 @@ export class ConductorStack extends Stack {
     // The idle gate's marker (lib/idle), the webhook directory and queued
     // deliveries too large for a message. Private, TLS only, reached through
     // the VPC's gateway endpoint.
-    this.gateBucket = new s3.Bucket(this, 'GateBucket', {
-      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
-      encryption: s3.BucketEncryption.S3_MANAGED,
-      enforceSSL: true,
-      lifecycleRules: [{ prefix: DELIVERY_PREFIX, expiration: Duration.days(14) }],
-      // Emptying a bucket on delete takes a custom resource (another Lambda).
-      removalPolicy: RemovalPolicy.RETAIN,
-    });
+    this.gateBucket = privateBucket(this, 'GateBucket', [
+      { prefix: DELIVERY_PREFIX, expiration: Duration.days(14) },
+    ]);
     this.webhookDeadLetters = new sqs.Queue(this, 'WebhookDeadLetters', {
       retentionPeriod: Duration.days(14),
       encryption: sqs.QueueEncryption.SQS_MANAGED,
@@ -397,6 +413,20 @@ export class ConductorStack extends Stack {
     for (const name of COMPILE_INVOKERS) {
       functions.compile.grantInvoke(functions[name]);
       functions[name].addEnvironment('CONDUCTOR_COMPILE_FUNCTION', functions.compile.functionName);
+    }
+
+    if (props.fargateRunners && network) {
+      this.runnerFleet = new RunnerFleet(this, {
+        network,
+        image: props.runnerImage,
+        imageDir: props.runnerImageDir ?? ROOT,
+        retention: props.logRetentionDays ?? DEFAULTS.logRetentionDays,
+      });
+      for (const name of RUNNER_LAUNCHERS) this.runnerFleet.grantLaunch(functions[name]);
+      // What `conductor pool create --provider ecs --settings` takes (docs/runner.md).
+      new CfnOutput(this, 'RunnerPoolSettings', {
+        value: this.toJsonString(this.runnerFleet.poolSettings),
+      });
     }
 
     this.httpApi = this.createHttpApi(functions);

@@ -19,21 +19,30 @@ export const ARTIFACT_ACTIONS = {
   sweep: ['s3:DeleteObject'],
 } as const;
 
-/** The bucket: no public access, TLS only, S3-managed encryption, lifecycle rules. */
-export function artifactsBucket(scope: Construct): s3.Bucket {
-  return new s3.Bucket(scope, 'ArtifactsBucket', {
+/** A bucket of the stack's: no public access, TLS only, S3-managed encryption, kept on delete. */
+export function privateBucket(
+  scope: Construct,
+  id: string,
+  lifecycleRules: s3.LifecycleRule[],
+): s3.Bucket {
+  return new s3.Bucket(scope, id, {
     blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
     encryption: s3.BucketEncryption.S3_MANAGED,
     enforceSSL: true,
-    lifecycleRules: [
-      // A runner that died mid-upload leaves parts that cost storage until aborted.
-      { abortIncompleteMultipartUploadAfter: Duration.days(1) },
-      // The longest expire_in is 400 days: anything older was missed by retention.
-      { expiration: Duration.days(401) },
-    ],
+    lifecycleRules,
     // Emptying a bucket on delete takes a custom resource (another Lambda).
     removalPolicy: RemovalPolicy.RETAIN,
   });
+}
+
+/** The artifacts' bucket, with lifecycle rules as a backstop to retention. */
+export function artifactsBucket(scope: Construct): s3.Bucket {
+  return privateBucket(scope, 'ArtifactsBucket', [
+    // A runner that died mid-upload leaves parts that cost storage until aborted.
+    { abortIncompleteMultipartUploadAfter: Duration.days(1) },
+    // The longest expire_in is 400 days: anything older was missed by retention.
+    { expiration: Duration.days(401) },
+  ]);
 }
 
 /** Gives a function the bucket's name and the actions ARTIFACT_ACTIONS lists for it. */

@@ -182,8 +182,21 @@ export async function updatePool(
 
 /** Deletes a pool (admin); the sweep ends its launches and revokes their workers. */
 export async function deletePool(ctx: AppContext, name: string): Promise<void> {
-  if (!(await deletePoolRow(ctx.pool, name)))
+  const pool = await getPoolView(ctx.pool, name);
+  if (!pool || !(await deletePoolRow(ctx.pool, name)))
     throw new NotFoundError(`pool ${name} does not exist`);
+  // Its runners are stopped now, while its provider and settings are known
+  // (the sweep no longer knows them): their launches end and their workers
+  // are revoked. A stop that fails leaves a runner whose worker is revoked,
+  // which exits within its idle limit.
+  const provider = providersOf(ctx)[pool.provider];
+  for (const l of (await startedLaunches(ctx.pool)).filter((x) => x.pool === name)) {
+    await provider
+      ?.stop(pool, l.provider_ref)
+      .catch((err) => log('warn', "could not stop a deleted pool's runner", { pool: name, err }));
+    await endLaunch(ctx.pool, l.id, 'its pool was deleted');
+    await revokedInGate(ctx, l.worker_id);
+  }
 }
 
 const mint = () => {

@@ -4,13 +4,17 @@
 // written to an S3 object, and the override names that object as the
 // container's environment file, which ECS reads with the task's execution
 // role and hands the runner as $CONDUCTOR_RUNNER_TOKEN (blanked by the
-// runner before any script starts). The object is deleted when the launch ends.
+// runner before any script starts). The object is deleted once ECS has read
+// it (the task seen past PENDING by the reconcile, or stopped), or at once
+// when RunTask starts nothing.
 import {
   DescribeTasksCommand,
   ECSClient,
   RunTaskCommand,
   type RunTaskCommandOutput,
   StopTaskCommand,
+  type StopTaskCommandOutput,
+  type Task,
 } from '@aws-sdk/client-ecs';
 import { DeleteObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { z } from 'zod';
@@ -49,6 +53,17 @@ const RETRYABLE = new Set([
   'ServerException',
   'LimitExceededException',
   'ServiceUnavailableException',
+]);
+
+// A task in these states has started its container (its environment file is
+// read) or never will: its token file has served its purpose.
+const PAST_PENDING = new Set([
+  'RUNNING',
+  'DEACTIVATING',
+  'STOPPING',
+  'DEPROVISIONING',
+  'STOPPED',
+  'DELETED',
 ]);
 
 export class EcsProvider implements RunnerProvider {
@@ -176,8 +191,11 @@ export class EcsProvider implements RunnerProvider {
       const out = await this.client(s.region).ecs.send(
         new DescribeTasksCommand({ cluster: s.cluster, tasks: refs.slice(i, i + 100) }),
       );
+      // A task ECS no longer knows (stopped long ago) comes back in
+      // failures[] as MISSING: not alive either.
       for (const t of out.tasks ?? []) {
         if (t.taskArn && t.lastStatus !== 'STOPPED') alive.add(t.taskArn);
+        if (PAST_PENDING.has(t.lastStatus ?? '')) await this.dropTokensOf(s, t);
       }
     }
     return alive;
@@ -185,9 +203,30 @@ export class EcsProvider implements RunnerProvider {
 
   async stop(pool: PoolRow, ref: string): Promise<void> {
     const s = EcsSettingsSchema.parse(pool.settings);
-    await this.client(s.region).ecs.send(
-      new StopTaskCommand({ cluster: s.cluster, task: ref, reason: 'conductor: launch ended' }),
-    );
+    let out: StopTaskCommandOutput;
+    try {
+      out = await this.client(s.region).ecs.send(
+        new StopTaskCommand({ cluster: s.cluster, task: ref, reason: 'conductor: launch ended' }),
+      );
+    } catch (err) {
+      // A task ECS no longer knows (stopped long ago) is gone already.
+      const e = err as { name?: string; message?: string };
+      if (e.name === 'InvalidParameterException' && /not found/i.test(e.message ?? '')) return;
+      throw err;
+    }
+    await this.dropTokensOf(s, out.task);
+  }
+
+  /** Deletes the token files a task's overrides name (only this provider's, in the pool's bucket). */
+  private async dropTokensOf(s: EcsSettings, task: Task | undefined): Promise<void> {
+    const arn = `arn:aws:s3:::${s.token_bucket}/${this.opts.tokenPrefix}`;
+    for (const o of task?.overrides?.containerOverrides ?? []) {
+      for (const f of o.environmentFiles ?? []) {
+        if (f.value?.startsWith(arn)) {
+          await this.dropToken(s, f.value.slice(`arn:aws:s3:::${s.token_bucket}/`.length));
+        }
+      }
+    }
   }
 }
 

@@ -3,15 +3,14 @@
 // processes: no runner is started by hand. The stack runs no sweep on its
 // own; a test runs one where the reconcile is what it checks.
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
 import { after, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { runSweep } from '../../lib/app/sweep.ts';
 import type { ProcessProvider } from '../../lib/fleet/process.ts';
-import { sendPush } from '../../local/push.ts';
 import { testStack } from '../helpers/stack.ts';
 import { startTcpProxy } from '../helpers/tcp-proxy.ts';
-import { gitRepo, tempDir, waitFor } from '../runner/support.ts';
+import { tempDir, waitFor } from '../runner/support.ts';
+import { poolProject } from './support.ts';
 
 // A short lease, so that a runner killed mid-task is taken over within the test.
 const stack = await testStack(import.meta.filename, { CONDUCTOR_LEASE_S: '4' });
@@ -41,56 +40,24 @@ function watchRunners() {
   };
 }
 
-/** A project on a git repository with `tasks` under `label`, and a pool serving it. */
+/** A project on a git repository with `tasks` under `label`, and a process pool serving it. */
 async function setup(
   label: string,
   tasks: string,
   pool: { max: number; idle?: number; url?: string },
 ) {
-  const pipeline = `version: 1\ndefaults:\n  labels: [${label}]\ntasks:\n${tasks}`;
-  const repo = await gitRepo({ '.conductor.yml': pipeline });
-  const id = `${label}-${randomBytes(3).toString('hex')}`;
-  const project = await stack.call('POST', '/v1/projects', {
-    ...admin,
-    body: { id, name: id, forge: 'github', repo: `acme/${id}`, repo_url: repo.dir },
-  });
-  assert.equal(project.status, 201, project.text);
-  const created = await stack.call('POST', '/v1/pools', {
-    ...admin,
-    body: {
-      name: id,
-      labels: [label],
-      trust: 'trusted',
-      projects: [id],
-      provider: 'process',
-      max: pool.max,
-      settings: {
-        // The test's own user runs the scripts (as the runner tests' do): they write to its temp dirs.
-        same_user: true,
-        idle_limit_s: pool.idle ?? 5,
-        workdir: await tempDir('conductor-pool-work-'),
-        ...(pool.url ? { url: pool.url } : {}),
-      },
+  return poolProject(stack, label, tasks, {
+    trust: 'trusted',
+    provider: 'process',
+    max: pool.max,
+    settings: {
+      // The test's own user runs the scripts (as the runner tests' do): they write to its temp dirs.
+      same_user: true,
+      idle_limit_s: pool.idle ?? 5,
+      workdir: await tempDir('conductor-pool-work-'),
+      ...(pool.url ? { url: pool.url } : {}),
     },
   });
-  assert.equal(created.status, 201, created.text);
-  const push = async () => {
-    const sent = await sendPush({
-      url: stack.url,
-      forge: 'github',
-      repo: `acme/${id}`,
-      repoUrl: repo.dir,
-      sha: repo.sha,
-      ref: 'refs/heads/main',
-      secret: project.body.webhook_secret,
-    });
-    assert.equal(sent.status, 202, sent.text);
-    return waitFor('the job', async () => {
-      const jobs = await stack.call('GET', `/v1/projects/${id}/jobs`, admin);
-      return jobs.body.jobs[0]?.id as string | undefined;
-    });
-  };
-  return { id, push };
 }
 
 async function job(id: string) {

@@ -1,6 +1,12 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, test } from 'node:test';
 import {
+  fargateCost,
+  fargateSize,
+  fargateTaskMinute,
   idleCost,
   PRICES,
   pushChannelCost,
@@ -96,4 +102,36 @@ test('an idle runner on the push channel costs at most $0.10 a month, less than 
   // A long poll instead would keep a 512 MB claim Lambda running for the runner.
   const longPoll = PRICES.hoursPerMonth * 3600 * 0.5 * PRICES.lambdaArmGbSecond;
   assert.ok(longPoll > 100 * perRunner, `long poll $${longPoll.toFixed(2)}`);
+});
+
+test('Fargate runners: a task-minute at the default 1 vCPU and 2 GB, a month at 1,000 tasks a day of 5 minutes, and nothing for idle runners', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'conductor-runner-image-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  mkdirSync(join(dir, 'dist'));
+  writeFileSync(join(dir, 'dist', 'conductor-runner.mjs'), '// stand-in\n');
+  writeFileSync(join(dir, 'Dockerfile.runner'), 'FROM scratch\n');
+  const fleet = synth(bundles, { fargateRunners: true, runnerImageDir: dir }).json;
+  const size = fargateSize(fleet);
+  assert.deepEqual(size, { cpu: 1024, memoryMiB: 2048 }, 'the task definition as synthesised');
+  // $0.04048 a vCPU-hour and $0.004445 a GB-hour, by the minute.
+  const minute = fargateTaskMinute(size);
+  assert.ok(Math.abs(minute - (0.04048 + 2 * 0.004445) / 60) < 1e-9, String(minute));
+  const month = fargateCost(1_000, 5, size);
+  for (const l of month) t.diagnostic(`${l.item}: $${l.monthly.toFixed(2)}`);
+  t.diagnostic(`a task-minute $${minute.toFixed(5)}; a month $${total(month).toFixed(2)}`);
+  // 30,000 tasks of 5.5 billed minutes (the image pull and start included).
+  assert.ok(Math.abs(month[0]!.monthly - 30_000 * 5.5 * minute) < 0.01);
+  assert.ok(total(month) > 130 && total(month) < 140, `$${total(month).toFixed(2)}`);
+  // A task of seconds is billed Fargate's minute.
+  assert.ok(Math.abs(fargateCost(1, 0.1, size)[0]!.monthly - 30 * minute) < 1e-9);
+  // Idle: the image's storage and nothing else; no runner, however many a pool may launch.
+  const idle = idleCost(fleet);
+  const byDefault = idleCost(synth(bundles).json);
+  const extra = idle.filter((l) => !byDefault.some((d) => d.item === l.item));
+  assert.deepEqual(
+    extra.map((l) => l.item),
+    ["Fargate runners' image in ECR (~0.2 GB; no runner runs while idle)"],
+  );
+  assert.ok(Math.abs(total(idle) - total(byDefault) - extra[0]!.monthly) < 1e-9);
+  assert.ok(extra[0]!.monthly < 0.05);
 });
