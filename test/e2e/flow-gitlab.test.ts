@@ -2,7 +2,8 @@
 // loopback: GitLab's documented payloads (push, tag push, merge requests from the project and
 // from a fork) become jobs; the token is checked, the event UUID dedupes; statuses reach
 // GitLab under its state names with the job's link; sign-in with GitLab OAuth (PKCE,
-// read_user) and what the project's members may do.
+// read_user) and what the project's members may do: a Developer reruns from the job page (the
+// form's CSRF token with the session cookie), a Reporter is refused with the reason.
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { test } from 'node:test';
@@ -288,6 +289,105 @@ test('sign-in with GitLab asks for read_user with PKCE, and a member sees what t
   // A Guest cannot read a private project's code: to them the job is not there.
   const gus = await signInAs('gus');
   assert.equal((await fetch(jobPage, { headers: { cookie: gus } })).status, 404);
+});
+
+/** A finished job of the GitLab project: pushed, its one task run to success by a runner. */
+async function finishedGitlabJob(label: string): Promise<string> {
+  const commit = sha(label);
+  gitlab.setFile(GL_REPO, commit, pipeline(label, '  a:\n    script: [make]\n'));
+  const hook = await deliver(
+    'Push Hook',
+    gitlabPush(GL_REPO, commit, { ref: `refs/heads/${label}` }),
+  );
+  assert.equal(hook.status, 202, hook.text);
+  await waitForJob(stack, hook.body.job_id);
+  const { token } = await createWorker(stack, [label], label);
+  const task = await claimTask(stack, token);
+  const done = await complete(stack, token, task.id, {
+    lease_id: task.lease_id,
+    outcome: 'success',
+    exit_code: 0,
+  });
+  assert.equal(done.status, 200, done.text);
+  assert.equal((await getJob(stack, hook.body.job_id)).job.state, 'success');
+  return hook.body.job_id;
+}
+
+/** The CSRF token of the rerun form on the job page, as the browser would read it. */
+async function csrfOf(jobId: string, cookie: string): Promise<string> {
+  const res = await fetch(`${stack.url}/jobs/${jobId}`, { headers: { cookie } });
+  assert.equal(res.status, 200);
+  const text = await res.text();
+  assert.match(text, new RegExp(`action="/jobs/${jobId}/rerun"`), 'the page offers Rerun');
+  const match = /name="csrf" value="([^"]+)"/.exec(text);
+  assert.ok(match, 'the page carries a CSRF token');
+  return match[1]!;
+}
+
+function postRerun(jobId: string, cookie: string, csrf: string) {
+  return fetch(`${stack.url}/jobs/${jobId}/rerun`, {
+    method: 'POST',
+    headers: { cookie },
+    body: new URLSearchParams({ csrf }),
+    redirect: 'manual',
+  });
+}
+
+test('a GitLab Developer reruns a finished job from its page; the rerun is audited with their login', async () => {
+  const jobId = await finishedGitlabJob('gl-dev-rerun');
+  gitlab.setMember(GL_REPO, 'dora', 30); // Developer
+  const dora = await signInAs('dora');
+  // The form's CSRF token is part of the request: without it the POST is a stale form (403),
+  // whatever the person may do, and nothing is rerun.
+  const bare = await postRerun(jobId, dora, '');
+  assert.equal(bare.status, 403);
+  assert.match(await bare.text(), /The form was stale or not sent from this site/);
+  const res = await postRerun(jobId, dora, await csrfOf(jobId, dora));
+  assert.equal(res.status, 303, await res.text());
+  const location = res.headers.get('location') ?? '';
+  assert.match(location, /^\/jobs\/[0-9a-f-]{36}$/);
+  assert.notEqual(location, `/jobs/${jobId}`, 'a new job');
+  const rerun = await getJob(stack, location.slice('/jobs/'.length));
+  assert.equal(rerun.job.sha, sha('gl-dev-rerun'));
+  const audit = await stack.call('GET', `/v1/projects/${project.id}/audit?limit=5`, {
+    token: stack.adminToken,
+  });
+  assert.equal(audit.status, 200, audit.text);
+  const event = audit.body.events.find((e: { job_id?: string }) => e.job_id === jobId);
+  assert.ok(event, JSON.stringify(audit.body.events));
+  assert.equal(event.actor, '@dora');
+  assert.equal(event.action, 'rerun');
+  assert.match(event.session_id, /^[0-9a-f-]{36}$/);
+  assert.equal(
+    audit.body.events.filter((e: { job_id?: string }) => e.job_id === jobId).length,
+    1,
+    'one rerun: the bare POST made none',
+  );
+  const text = await (
+    await fetch(`${stack.url}/jobs/${jobId}`, { headers: { cookie: dora } })
+  ).text();
+  assert.match(text, /rerun by <strong>@dora<\/strong>/);
+});
+
+test('a GitLab Reporter may look but not rerun: 403 with the reason, nothing rerun or audited', async () => {
+  const jobId = await finishedGitlabJob('gl-rep-rerun');
+  gitlab.setMember(GL_REPO, 'remy', 20); // Reporter
+  const remy = await signInAs('remy');
+  const page = await fetch(`${stack.url}/jobs/${jobId}`, { headers: { cookie: remy } });
+  assert.equal(page.status, 200);
+  const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
+  const res = await postRerun(jobId, remy, csrf);
+  assert.equal(res.status, 403);
+  assert.match(
+    await res.text(),
+    new RegExp(
+      `GitLab says @remy has read access to ${GL_REPO}; rerunning a job needs write access`,
+    ),
+  );
+  const audit = await stack.call('GET', `/v1/projects/${project.id}/audit`, {
+    token: stack.adminToken,
+  });
+  assert.equal(audit.body.events.filter((e: { job_id?: string }) => e.job_id === jobId).length, 0);
 });
 
 async function waitUntilState(commit: string, state: string): Promise<void> {
