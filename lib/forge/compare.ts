@@ -36,6 +36,15 @@ export type CompareResult = { known: true; files: string[] } | { known: false; r
 /** Most pages of one comparison asked for: 100 commits a page, so 50,000 commits. */
 export const MAX_COMPARE_PAGES = 500;
 
+/**
+ * Most changed file names one comparison keeps, and most characters in them
+ * all: what a hostile or broken forge can make one compile hold (each page is
+ * parsed and dropped; these names are kept across pages). Past either, the
+ * diff counts as unknown and every task runs (docs/limits.md).
+ */
+export const MAX_COMPARE_FILES = 20_000;
+export const MAX_COMPARE_CHARS = 4_000_000;
+
 /** The files changed on `head` since its merge base with `base` (shas or branch names). */
 export async function changedFiles(
   src: CompareSource,
@@ -57,6 +66,7 @@ export async function changedFiles(
   // Up to 8 MiB a page: GitHub's first page carries every file's patch.
   const ask = { forge, token: src.token, repo: src.repo, timeoutMs, maxBytes: 8 * 1024 * 1024 };
   const seen = new Set<string>();
+  let chars = 0;
   for (let page = 1; page <= MAX_COMPARE_PAGES; page++) {
     const answer = await askJson(ask, forge.compare.page(api, src.repo, base, head, page), what, {
       accessHint: false,
@@ -76,7 +86,17 @@ export async function changedFiles(
         reason: `${forge.title}'s compare of ${base}...${head} ${short}`,
       };
     }
-    for (const file of files) seen.add(file);
+    for (const file of files) {
+      if (seen.has(file)) continue;
+      seen.add(file);
+      chars += file.length;
+      if (seen.size > MAX_COMPARE_FILES || chars > MAX_COMPARE_CHARS) {
+        return {
+          known: false,
+          reason: `the comparison of ${base}...${head} changes more than ${seen.size > MAX_COMPARE_FILES ? `${MAX_COMPARE_FILES} files` : `${MAX_COMPARE_CHARS} characters of file names`}, more than Conductor keeps`,
+        };
+      }
+    }
     if (!hasNextPage(answer.link)) return { known: true, files: [...seen] };
   }
   return {

@@ -158,6 +158,12 @@ ${more > 0 ? html`<p class="muted" data-diff-more>and ${more} more</p>` : ''}</s
 function blockSection(job: JobView, tasks: TaskView[], viewer: Viewer, now: number): Html {
   const blocks = tasks.filter((t) => t.block && (t.state === 'blocked' || t.unblocked_by));
   if (blocks.length === 0) return html``;
+  // An untrusted job's prompt and fields are written by someone who may not
+  // write to the repository (a fork's pull request): the form says so, in the
+  // words of the approval card above, before anyone answers it.
+  const untrusted = job.trusted
+    ? ''
+    : html`<p data-untrusted><strong>Untrusted job.</strong> This job comes from someone who may not write to the repository: this prompt and its fields are theirs. Enter nothing you would not give them.</p>`;
   const parts = blocks.map((t) => {
     const block = t.block!;
     if (t.state !== 'blocked') {
@@ -175,7 +181,7 @@ function blockSection(job: JobView, tasks: TaskView[], viewer: Viewer, now: numb
       viewer.signedIn && viewer.csrf
         ? html`<form method="post" action="/jobs/${job.id}/tasks/${encodeURIComponent(t.name)}/unblock" data-unblock="${t.name}"><input type="hidden" name="csrf" value="${viewer.csrf}">${inputs}<button type="submit">Unblock</button></form>`
         : html`<p class="muted">Sign in to unblock it.</p>`;
-    return html`<div class="card" data-blocked="${t.name}"><p><strong>${t.name}</strong> waits: <span data-prompt>${block.prompt}</span> (until ${timeEl(t.block_deadline, now)}, then ${block.onTimeout === 'skip' ? 'skipped' : 'failed'})</p>${form}</div>`;
+    return html`<div class="card" data-blocked="${t.name}">${untrusted}<p><strong>${t.name}</strong> waits: <span data-prompt>${block.prompt}</span> (until ${timeEl(t.block_deadline, now)}, then ${block.onTimeout === 'skip' ? 'skipped' : 'failed'})</p>${form}</div>`;
   });
   return html`<section id="blocks" aria-label="block steps"><h2>Waiting for approval</h2>${parts}</section>`;
 }

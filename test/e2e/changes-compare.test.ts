@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
+import { MAX_COMPARE_CHARS, MAX_COMPARE_FILES } from '../../lib/forge/compare.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { githubPush } from '../forge/fixtures/github.ts';
 import { type Json, sendWebhook, startE2E, waitForJob } from './calls.ts';
@@ -165,6 +166,39 @@ test("a page that stops at GitHub's 300-file cap makes the diff unknown: every t
   } finally {
     perPage = 100;
   }
+});
+
+test('a comparison naming more files than Conductor keeps makes the diff unknown: every task runs, and the job page says why', async () => {
+  // MAX_COMPARE_FILES + 1 names, none under src/: were they kept, `web` would be skipped.
+  perPage = 250;
+  try {
+    const files = Array.from({ length: MAX_COMPARE_FILES + 1 }, (_, i) => `docs/n-${i}.md`);
+    const view = await pushWide('too-many', files);
+    assert.deepEqual(states(view), { web: 'queued', docs: 'queued' });
+    assert.equal(view.job.diff_base, null);
+    assert.equal(view.job.diff_count, null);
+    assert.match(view.job.diff_note, /changes more than 20000 files, more than Conductor keeps/);
+    const page = await stack.call(
+      'GET',
+      new URL(view.job.page_url).pathname + new URL(view.job.page_url).search,
+    );
+    assert.match(
+      page.text,
+      /data-diff-unknown>The diff is unknown, so every task ran: the comparison of [0-9a-f]+\.\.\.[0-9a-f]+ changes more than 20000 files/,
+    );
+    const pages = asked.filter((q) => q.includes(sha('too-many-after')));
+    assert.equal(pages.length, Math.ceil((MAX_COMPARE_FILES + 1) / 250), 'no page past the cap');
+  } finally {
+    perPage = 100;
+  }
+});
+
+test('a comparison whose file names are longer in all than Conductor keeps makes the diff unknown', async () => {
+  const long = (c: string) => `docs/${c.repeat(MAX_COMPARE_CHARS / 2)}`;
+  const view = await pushWide('too-long', [long('a'), long('b'), 'src/x.ts']);
+  assert.deepEqual(states(view), { web: 'queued', docs: 'queued' });
+  assert.equal(view.job.diff_base, null);
+  assert.match(view.job.diff_note, /changes more than 4000000 characters of file names/);
 });
 
 test('a comparison the forge refuses (404) makes the diff unknown and every task runs', async () => {

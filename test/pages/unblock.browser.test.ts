@@ -1,10 +1,21 @@
 // The unblock form of a block step in a real browser (issue #30): the page of
 // a job waiting at a block shows its prompt and fields; a missing required
 // field is refused by the form; unblocked, the page says by whom, and the task
-// that needs the block gets the fields as the block's outputs.
+// that needs the block gets the fields as the block's outputs. A block step of
+// an untrusted job (a fork's pull request) says so on its form (issue #46).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { claimTask, getJob, type Json, startE2E, waitForJob } from '../e2e/calls.ts';
+import {
+  claimTask,
+  createWorker,
+  deliverRunning,
+  getJob,
+  type Json,
+  startE2E,
+  waitForJob,
+} from '../e2e/calls.ts';
+import { pipeline, sha } from '../e2e/payloads.ts';
+import { githubPullRequest } from '../forge/fixtures/github.ts';
 import { launchBrowser, newPage, runningJob, runTask, screenshot, signIn } from './support.ts';
 
 const e2e = await startE2E(import.meta.filename, {
@@ -42,6 +53,7 @@ test('a blocked task is unblocked from the job page with its fields, which the n
   await signIn(page, stack, `/jobs/${job.jobId}`);
   const card = page.locator('[data-blocked="approve-prod"]');
   assert.equal(await card.locator('[data-prompt]').textContent(), 'Deploy to production?');
+  assert.equal(await card.locator('[data-untrusted]').count(), 0, 'a trusted job says nothing');
   await screenshot(page, 'job-blocked');
 
   // The browser itself refuses a form without its required field.
@@ -71,4 +83,43 @@ test('a blocked task is unblocked from the job page with its fields, which the n
   assert.deepEqual(deploy.needs_outputs, {
     'approve-prod': { reason: 'hotfix for INC-7', region: 'eu' },
   });
+});
+
+test("the unblock form of an untrusted job's block step says the job is untrusted", async () => {
+  const repo = 'acme/fork-gates';
+  const label = 'fork-gate';
+  const { secret } = await e2e.addProject({
+    forge: 'github',
+    id: 'fork-gates',
+    repo,
+    fork_pull_requests: 'run',
+  });
+  const head = sha(label);
+  e2e.fake.setFile(repo, head, pipeline(label, TASKS));
+  const { hook, view } = await deliverRunning(
+    stack,
+    'github',
+    'pull_request',
+    githubPullRequest('opened', { repo, number: 9, headSha: head, headRepo: 'mallory/fork-gates' }),
+    secret,
+  );
+  assert.equal(view.job.trusted, false);
+  const { token } = await createWorker(stack, [label], `${label}-untrusted`, { untrusted: true });
+  await runTask(stack, token);
+  const jobId = hook.body.job_id;
+  await waitForJob(stack, jobId, (v) =>
+    v.tasks.some((t: Json) => t.name === 'approve-prod' && t.state === 'blocked'),
+  );
+
+  const { page } = await newPage(browser);
+  await signIn(page, stack, `/jobs/${jobId}`);
+  const card = page.locator('[data-blocked="approve-prod"]');
+  assert.equal(await card.locator('[data-prompt]').textContent(), 'Deploy to production?');
+  const warning = card.locator('[data-untrusted]');
+  assert.ok(await warning.isVisible(), 'the warning is on the form, where it is answered');
+  assert.match(
+    (await warning.textContent()) ?? '',
+    /Untrusted job\. This job comes from someone who may not write to the repository/,
+  );
+  await screenshot(page, 'job-blocked-untrusted');
 });
