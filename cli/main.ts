@@ -6,6 +6,7 @@ import { VERSION } from '../lib/version.ts';
 import { registerArtifacts } from './artifacts.ts';
 import { CliError, type CliIo } from './context.ts';
 import { registerJobs } from './jobs.ts';
+import { registerMigrate } from './migrate.ts';
 import { registerPipeline } from './pipeline.ts';
 import { registerPools } from './pools.ts';
 import { registerProjects } from './projects.ts';
@@ -22,7 +23,7 @@ export function buildProgram(io: CliIo): Command {
   const program = new Command(io.name ?? 'conductor');
   program
     .description(
-      'Conductor: a CI control plane on PostgreSQL. Every command but validate, schema and server talks to its HTTP API.',
+      'Conductor: a CI control plane on PostgreSQL. Every command but validate, schema, server and migrate talks to its HTTP API.',
     )
     .version(VERSION, '-V, --version', 'print the version')
     .option('--url <URL>', 'the control plane (default $CONDUCTOR_URL, else http://127.0.0.1:8080)')
@@ -49,6 +50,7 @@ export function buildProgram(io: CliIo): Command {
     registerArtifacts,
     registerPipeline,
     registerServer,
+    registerMigrate,
   ]) {
     register(program, io);
   }

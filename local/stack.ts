@@ -75,8 +75,14 @@ async function loadHandlers(): Promise<Handlers> {
   };
 }
 
-/** How the local stack starts the reference runner (scripts/runner.ts through tsx's loader). */
+/**
+ * How the local stack starts the reference runner: from source, scripts/runner.ts through
+ * tsx's loader; from the package's bundle (which has no tsx), its conductor-runner.mjs beside it.
+ */
 export function runnerCommand(): string[] {
+  if (!import.meta.url.endsWith('.ts')) {
+    return [process.execPath, fileURLToPath(new URL('./conductor-runner.mjs', import.meta.url))];
+  }
   return [
     process.execPath,
     '--import',

@@ -1,14 +1,10 @@
-// npm run migrate [-- repair]: applies the migrations (numbered, then the
-// changed files of migrations/functions) to DATABASE_URL, or, when it is
-// unset, to the embedded server kept under CONDUCTOR_DATA_DIR (started for the
-// purpose, then stopped). `repair` applies nothing: it records the checksum
-// of each applied migration whose file changed since (lib/db/migrate.ts,
-// repairMigrations; docs/upgrade.md says when that is safe).
-import { join, resolve } from 'node:path';
+// npm run migrate [-- repair]: what `conductor migrate [repair]` does
+// (local/migrate.ts): applies the migrations (numbered, then the changed
+// files of migrations/functions) to DATABASE_URL, or to the embedded server
+// kept under CONDUCTOR_DATA_DIR; `repair` records the checksum of each
+// applied migration whose file changed since, running none of its SQL.
 import { parseArgs } from 'node:util';
-import { loadConfig } from '../lib/config.ts';
-import { createPool, migrate, repairMigrations } from '../lib/db/index.ts';
-import { startEmbeddedPostgres } from '../local/postgres.ts';
+import { runMigrate } from '../local/migrate.ts';
 
 const USAGE = `usage: npm run migrate [-- repair]
   (nothing)  apply the migrations the database lacks
@@ -35,48 +31,12 @@ try {
   process.exit(2);
 }
 
-const config = loadConfig();
-let url = config.DATABASE_URL;
-let stop = async () => {};
-if (!url) {
-  const dataDir = resolve(join(config.CONDUCTOR_DATA_DIR, 'pg'));
-  const server = await startEmbeddedPostgres({ dataDir });
-  console.log(`embedded PostgreSQL in ${dataDir} on port ${server.port}`);
-  const exists = await (async () => {
-    const pool = createPool({ url: server.url(), max: 1 });
-    try {
-      const { rows } = await pool.query("select 1 from pg_database where datname = 'conductor'");
-      return rows.length > 0;
-    } finally {
-      await pool.end();
-    }
-  })();
-  if (!exists) await server.createDatabase('conductor');
-  url = server.url('conductor');
-  stop = () => server.stop();
-}
-
-const pool = createPool({ url, max: 1 });
 try {
-  if (command === 'repair') {
-    const { repaired } = await repairMigrations(pool, undefined, (line) => console.log(line));
-    console.log(
-      repaired.length
-        ? `repaired ${repaired.length} migration(s); "npm run migrate" or the server's start goes on from here`
-        : 'every applied migration matches its file: nothing to repair',
-    );
-  } else {
-    const result = await migrate(pool, undefined, (line) => console.log(line));
-    console.log(
-      result.applied.length || result.functions.length
-        ? `database is at migration ${result.current}, functions as in migrations/functions`
-        : `database is up to date (migration ${result.current})`,
-    );
-  }
+  await runMigrate(
+    { repair: command === 'repair', env: process.env, again: 'npm run migrate' },
+    (line) => console.log(line),
+  );
 } catch (err) {
   console.error(err instanceof Error ? err.message : err);
   process.exitCode = 1;
-} finally {
-  await pool.end();
-  await stop();
 }

@@ -1,12 +1,13 @@
-// Self-hosted on one server (issue #49): the server (scripts/server.ts, what
-// `conductor server` runs) on the run's PostgreSQL, bound to 127.0.0.2,
+// Self-hosted on one server (issue #49): the package installed into a
+// temporary prefix (npm pack, npm install -g --prefix), its `conductor
+// server` on the run's PostgreSQL, bound to 127.0.0.2,
 // behind a real nginx that terminates TLS with a certificate this test makes.
 // Through the proxy: a signed push makes a job, a real runner that trusts
 // the CA runs it over TLS, the commit status links to the public https URL,
 // the session cookie is Secure, the request log names the client; a
 // forwarded header from a peer that is not a trusted proxy counts for
 // nothing; a migration changed after it was applied stops the server,
-// naming the file, until the repair command records it.
+// naming the file, until `conductor migrate repair` records it.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -21,7 +22,8 @@ import { createDatabase, dropDatabase, withDatabase } from '../../local/postgres
 import { githubPush } from '../forge/fixtures/github.ts';
 import { adminUrl } from '../helpers/db.ts';
 import { startFakeForge } from '../helpers/fake-forge.ts';
-import { runScript, type ServerProcess, serverCopy } from '../helpers/server-process.ts';
+import { installPackage } from '../helpers/package-install.ts';
+import { runCommand, runScript, type ServerProcess } from '../helpers/server-process.ts';
 import { gitRepo, tempDir, waitFor } from '../runner/support.ts';
 import { sendWebhook } from './calls.ts';
 import { pipeline } from './payloads.ts';
@@ -102,7 +104,8 @@ const proxyPort = await freePort('127.0.0.1');
 const publicUrl = `https://127.0.0.1:${proxyPort}`;
 const adminToken = `ca_${randomBytes(16).toString('hex')}`;
 const fake = await startFakeForge({ statuses: true });
-const install = await serverCopy();
+const pkg = await installPackage();
+const conductor = join(pkg.bin, 'conductor');
 const serverEnv = {
   DATABASE_URL: databaseUrl,
   CONDUCTOR_PUBLIC_URL: publicUrl,
@@ -113,9 +116,12 @@ const serverEnv = {
   CONDUCTOR_ALLOW_PRIVATE_FORGES: '1',
 };
 
-/** The server as its systemd unit starts it (docs/self-host.md), from the installed copy. */
-function startServer(): ServerProcess {
-  return runScript('scripts/server.ts', ['--host', '127.0.0.2', '--port', '0'], serverEnv, install);
+/** The installed `conductor` as its systemd unit runs it (docs/self-host.md), from another directory. */
+function installed(args: string[], env: Record<string, string>): ServerProcess {
+  return runCommand(conductor, args, env, pkg.elsewhere);
+}
+function startServer(port = 0): ServerProcess {
+  return installed(['server', '--host', '127.0.0.2', '--port', String(port)], serverEnv);
 }
 
 let server = startServer();
@@ -392,7 +398,7 @@ test('a migration changed after it was applied stops the server, naming the file
   assert.equal(await server.stop(), 0, server.output());
   assert.match(server.output(), /SIGTERM: stopping[\s\S]*stopped/);
   await appendFile(
-    join(install, 'migrations', '019_check_domains.sql'),
+    join(pkg.installed, 'migrations', '019_check_domains.sql'),
     '\n-- tidied after release\n',
   );
   const refused = startServer();
@@ -404,22 +410,12 @@ test('a migration changed after it was applied stops the server, naming the file
   const ready = await call('GET', '/v1/ready');
   assert.equal(ready.status, 502, 'nothing serves behind the proxy');
 
-  const repair = runScript(
-    'scripts/migrate.ts',
-    ['repair'],
-    { DATABASE_URL: databaseUrl },
-    install,
-  );
+  const repair = installed(['migrate', 'repair'], { DATABASE_URL: databaseUrl });
   assert.equal(await repair.exited, 0, repair.output());
   assert.match(repair.output(), /recorded 019_check_domains\.sql as it is now/);
 
   // The proxy's upstream names the old port; the server comes back on it.
-  server = runScript(
-    'scripts/server.ts',
-    ['--host', '127.0.0.2', '--port', String(serverPort)],
-    serverEnv,
-    install,
-  );
+  server = startServer(serverPort);
   await server.waitFor(/listening: +127\.0\.0\.2 port/);
   const again = await call('GET', '/v1/ready');
   assert.deepEqual([again.status, again.body], [200, { ready: true }]);

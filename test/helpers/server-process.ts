@@ -1,9 +1,7 @@
-// The server as an operator runs it: a child process of scripts/server.ts or
-// scripts/start.ts (local/serve.ts), its output collected, its address read
+// The server as an operator runs it: a child process of scripts/server.ts,
+// scripts/start.ts (local/serve.ts) or an installed `conductor server`, its output collected, its address read
 // from what it prints, stopped with SIGTERM.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { cp, mkdtemp, rm, symlink } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after } from 'node:test';
 
@@ -31,7 +29,17 @@ export function runScript(
   env: Record<string, string>,
   cwd = ROOT,
 ): ServerProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  return runCommand(process.execPath, ['--import', 'tsx', script, ...args], env, cwd);
+}
+
+/** Runs `file ...args` (an installed command) in `cwd` with exactly `env` (plus PATH and HOME). */
+export function runCommand(
+  file: string,
+  args: string[],
+  env: Record<string, string>,
+  cwd = ROOT,
+): ServerProcess {
+  const child = spawn(file, args, {
     cwd,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -85,20 +93,4 @@ export function runScript(
     },
   };
   return proc;
-}
-
-/**
- * A copy of what the server runs from (its sources and migrations, this
- * checkout's node_modules linked), as an installed package is: a test may
- * change a file of it on disk without touching the checkout.
- */
-export async function serverCopy(): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'conductor-install-'));
-  after(() => rm(dir, { recursive: true, force: true }));
-  for (const part of ['lib', 'local', 'functions', 'scripts', 'migrations', 'runner']) {
-    await cp(join(ROOT, part), join(dir, part), { recursive: true });
-  }
-  for (const file of ['package.json', 'tsconfig.json']) await cp(join(ROOT, file), join(dir, file));
-  await symlink(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
-  return dir;
 }

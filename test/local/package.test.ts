@@ -1,35 +1,25 @@
 // The installable package: `npm pack` of this checkout, installed into a
-// fresh prefix as a user would (`npm install -g --prefix DIR ./pkg.tgz`,
-// its dependencies from the registry), then its commands run from another
-// directory with nothing of this checkout reachable: no tsx, no dev
-// dependency, no source file. Packed and installed once for the file.
+// fresh prefix as a user would (test/helpers/package-install.ts), then its
+// commands run from another directory with nothing of this checkout
+// reachable: no tsx, no dev dependency, no source file. Packed and installed
+// once for the file.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { after, before, test } from 'node:test';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { installPackage } from '../helpers/package-install.ts';
 
 const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
 
-const dir = await mkdtemp(join(tmpdir(), 'conductor-package-'));
-after(() => rm(dir, { recursive: true, force: true }));
-const prefix = join(dir, 'prefix');
-const elsewhere = join(dir, 'elsewhere');
-const installed = join(prefix, 'lib', 'node_modules', ...pkg.name.split('/'));
-
-// npm's own settings from the test runner's environment (npm_config_*) must
-// not steer the install; PATH has node and the prefix's bin, nothing else of ours.
-const env: NodeJS.ProcessEnv = {
-  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k))),
-  PATH: `${join(prefix, 'bin')}:${dirname(process.execPath)}:/usr/bin:/bin`,
-  NODE_OPTIONS: '',
-};
+// At the top level: the helper's clean-up, registered inside a `before`, would run too early.
+const pack = await installPackage();
+const { dir, prefix, elsewhere, installed, env } = pack;
 
 /** Runs an installed command from `elsewhere`; answers its exit code and output. */
 async function command(name: string, ...args: string[]) {
@@ -46,28 +36,8 @@ async function command(name: string, ...args: string[]) {
   }
 }
 
-let tarball = '';
-before(async () => {
-  const packed = await run('npm', ['pack', '--json', '--pack-destination', dir], {
-    cwd: ROOT,
-    env,
-    timeout: 300_000,
-    maxBuffer: 64 * 1024 * 1024,
-  });
-  const [{ filename, files }] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf('[')));
-  tarball = join(dir, filename);
-  // What the contract says the package ships: migrations/ as its SQL files.
-  const shipped = new Set((files as { path: string }[]).map((f) => f.path));
-  for (const sql of readdirSync(join(ROOT, 'migrations'), { recursive: true })) {
-    if (String(sql).endsWith('.sql')) assert.ok(shipped.has(`migrations/${sql}`), `${sql} ships`);
-  }
-  assert.ok(![...shipped].some((p) => p.endsWith('.ts')), 'no TypeScript source ships');
-  await run('npm', ['install', '-g', '--prefix', prefix, '--no-audit', '--no-fund', tarball], {
-    cwd: dir,
-    env,
-    timeout: 300_000,
-  });
-  await run('mkdir', ['-p', elsewhere]);
+test('no TypeScript source ships', () => {
+  assert.ok(![...pack.shipped].some((p) => p.endsWith('.ts')), [...pack.shipped].join(', '));
 });
 
 test('the package installs with only its runtime dependency: no tsx, TypeScript or dev dependency', () => {
