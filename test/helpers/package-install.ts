@@ -4,8 +4,9 @@
 // from its commands: no tsx, no dev dependency, no source file.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after } from 'node:test';
@@ -13,6 +14,40 @@ import { promisify } from 'node:util';
 import { ROOT } from './server-process.ts';
 
 const run = promisify(execFile);
+
+const LOCK_WAIT_MS = 10 * 60_000;
+
+/**
+ * Runs `work` holding this checkout's pack lock: two `npm pack`s of one
+ * checkout at once break each other (its build rewrites dist/bin/), and the
+ * run's test files are processes of their own. A directory made with mkdir
+ * is the lock; one older than the wait was left by a killed run.
+ */
+async function withPackLock<T>(work: () => Promise<T>): Promise<T> {
+  const key = createHash('sha256').update(ROOT).digest('hex').slice(0, 16);
+  const lock = join(tmpdir(), `conductor-pack-${key}.lock`);
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (;;) {
+    try {
+      await mkdir(lock);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const made = await stat(lock).then(
+        (s) => s.mtimeMs,
+        () => Date.now(),
+      );
+      if (Date.now() - made > LOCK_WAIT_MS) await rm(lock, { recursive: true, force: true });
+      else if (Date.now() > deadline) throw new Error(`waited too long for ${lock}`);
+      else await new Promise((done) => setTimeout(done, 500));
+    }
+  }
+  try {
+    return await work();
+  } finally {
+    await rm(lock, { recursive: true, force: true });
+  }
+}
 
 export interface InstalledPackage {
   /** The test's temporary directory (the tarball, the prefix, `elsewhere`). */
@@ -44,12 +79,14 @@ export async function installPackage(): Promise<InstalledPackage> {
     PATH: `${join(prefix, 'bin')}:${dirname(process.execPath)}:/usr/bin:/bin`,
     NODE_OPTIONS: '',
   };
-  const packed = await run('npm', ['pack', '--json', '--pack-destination', dir], {
-    cwd: ROOT,
-    env,
-    timeout: 300_000,
-    maxBuffer: 64 * 1024 * 1024,
-  });
+  const packed = await withPackLock(() =>
+    run('npm', ['pack', '--json', '--pack-destination', dir], {
+      cwd: ROOT,
+      env,
+      timeout: 300_000,
+      maxBuffer: 64 * 1024 * 1024,
+    }),
+  );
   const [{ filename, files }] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf('[')));
   const shipped = new Set((files as { path: string }[]).map((f) => f.path));
   // What the contract says the package ships: migrations/ as its SQL files.
