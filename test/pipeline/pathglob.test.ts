@@ -41,7 +41,10 @@ const patternSegment = fc.oneof(
     arbitrary: fc
       .array(patternPiece, { minLength: 1, maxLength: 4 })
       .map((p) => p.join(''))
-      .filter((p) => p !== '.' && p !== '..'),
+      // Two `*` pieces side by side make a `**` that is not a whole segment:
+      // picomatch reads `**{a,b}` across directories, `**a` within one; here
+      // both are one star within a directory (pathglob.ts), so not compared.
+      .filter((p) => p !== '.' && p !== '..' && !p.includes('**')),
   },
 );
 const pattern = fc.array(patternSegment, { minLength: 1, maxLength: 4 }).map((s) => s.join('/'));
