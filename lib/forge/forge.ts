@@ -204,5 +204,21 @@ export interface Forge {
 /** Each path segment percent-encoded, the slashes kept: `owner/name` in a URL. */
 export const pathOf = (repo: string) => repo.split('/').map(encodeURIComponent).join('/');
 
+/** `base...head` of a compare URL, each side percent-encoded (GitHub's and Gitea's). */
+export const basehead = (base: string, head: string) =>
+  `${encodeURIComponent(base)}...${encodeURIComponent(head)}`;
+
+/** A commit status as GitHub's API takes it, which Gitea's mirrors. */
+export const repoStatusRequest: Forge['status'] = (api, repo, sha, s) => ({
+  method: 'POST',
+  url: `${api}/repos/${pathOf(repo)}/statuses/${sha}`,
+  body: {
+    state: s.state,
+    context: s.context,
+    description: s.description,
+    ...(s.targetUrl ? { target_url: s.targetUrl } : {}),
+  },
+});
+
 // GitHub refuses API requests without a User-Agent.
 export const USER_AGENT = 'conductor-ci';

@@ -2,15 +2,12 @@
 // as a Forge: its API under the project's forge_url + /api/v1, `token` auth, GitHub's webhook
 // payloads with a bare hex HMAC, and pull requests from the base repository that wait for Gitea
 // to confirm their people as writers (anyone who reads may open one with the AGit flow).
-import { type Forge, pathOf, USER_AGENT } from '../forge.ts';
+import { basehead, type Forge, pathOf, repoStatusRequest, USER_AGENT } from '../forge.ts';
 import { collaboratorPermission, fileNames } from '../github/index.ts';
 import { hubDefaultBranch, hubRepository, parseHubWebhook } from '../github/webhook.ts';
 import { hmac, pastableUrl, readPushDiffOf, verifyHmac } from '../payload.ts';
 
 const SIGNATURE = /^([0-9a-fA-F]{64})$/;
-
-const basehead = (base: string, head: string) =>
-  `${encodeURIComponent(base)}...${encodeURIComponent(head)}`;
 
 export const gitea: Forge = {
   kind: 'gitea',
@@ -62,16 +59,7 @@ export const gitea: Forge = {
     url: `${api}/repos/${pathOf(repo)}/raw/${pathOf(path)}?ref=${encodeURIComponent(sha)}`,
     accept: '*/*',
   }),
-  status: (api, repo, sha, s) => ({
-    method: 'POST',
-    url: `${api}/repos/${pathOf(repo)}/statuses/${sha}`,
-    body: {
-      state: s.state,
-      context: s.context,
-      description: s.description,
-      ...(s.targetUrl ? { target_url: s.targetUrl } : {}),
-    },
-  }),
+  status: repoStatusRequest,
   compare: {
     page: (api, repo, base, head, page) => ({
       url: `${api}/repos/${pathOf(repo)}/compare/${basehead(base, head)}?limit=50&page=${page}`,

@@ -1,7 +1,7 @@
 // GitHub (github.com, or GitHub Enterprise Server under its /api/v3) as a Forge: its REST API
 // under CONDUCTOR_GITHUB_API_URL, `Bearer` tokens, the X-GitHub-* webhook headers with an
 // `sha256=` HMAC. The GitHub App (installation tokens, check runs) will live beside this file.
-import { type Forge, pathOf, USER_AGENT } from '../forge.ts';
+import { basehead, type Forge, pathOf, repoStatusRequest, USER_AGENT } from '../forge.ts';
 import { hmac, isPlainObject, pastableUrl, readPushDiffOf, verifyHmac } from '../payload.ts';
 import { hubDefaultBranch, hubRepository, parseHubWebhook } from './webhook.ts';
 
@@ -47,9 +47,6 @@ export function collaboratorPermission(body: unknown): 'none' | 'read' | 'write'
   }
 }
 
-const basehead = (base: string, head: string) =>
-  `${encodeURIComponent(base)}...${encodeURIComponent(head)}`;
-
 export const github: Forge = {
   kind: 'github',
   title: 'GitHub',
@@ -86,16 +83,7 @@ export const github: Forge = {
     url: `${api}/repos/${pathOf(repo)}/contents/${pathOf(path)}?ref=${encodeURIComponent(sha)}`,
     accept: 'application/vnd.github.raw+json',
   }),
-  status: (api, repo, sha, s) => ({
-    method: 'POST',
-    url: `${api}/repos/${pathOf(repo)}/statuses/${sha}`,
-    body: {
-      state: s.state,
-      context: s.context,
-      description: s.description,
-      ...(s.targetUrl ? { target_url: s.targetUrl } : {}),
-    },
-  }),
+  status: repoStatusRequest,
   compare: {
     page: (api, repo, base, head, page) => ({
       url: `${api}/repos/${pathOf(repo)}/compare/${basehead(base, head)}?per_page=100&page=${page}`,
