@@ -2,7 +2,7 @@
 // "`inputs`"). The declarations are checked with the rest of the file; the
 // values a job was given are checked against them when it compiles, and reach
 // every task as CONDUCTOR_INPUT_<NAME> and wherever `${{ inputs.<name> }}`
-// is written in a script line, an env value or an image.
+// is written in a script line, an env value, an image or a block's prompt.
 import { z } from 'zod';
 import type { Trigger } from './glob.ts';
 import type { IssueList, PathSegment } from './issues.ts';
@@ -251,11 +251,23 @@ interface TaskWithInputs {
   image: string | null;
   script: string[];
   env: Record<string, string>;
+  block?: { prompt: string } | null;
+}
+
+/** Most characters of a block step's prompt (lib/pipeline/schema.ts checks it as written). */
+const MAX_PROMPT_CHARS = 200;
+
+// A prompt after its inputs were put in: still one line of at most 200
+// characters, as the page and the commit status show it.
+function onePromptLine(text: string): string {
+  const line = text.replace(/\p{Cc}+/gu, ' ');
+  return line.length <= MAX_PROMPT_CHARS ? line : `${line.slice(0, MAX_PROMPT_CHARS - 1)}…`;
 }
 
 /**
  * Sets each task's CONDUCTOR_INPUT_<NAME> variables and expands
- * `${{ inputs.<name> }}` in its script, env values and image; an expression
+ * `${{ inputs.<name> }}` in its script, env values, image and a block step's
+ * prompt (kept one line of at most 200 characters); an expression
  * naming an undeclared input is an issue at the line that holds it.
  */
 export function applyInputs(
@@ -300,6 +312,14 @@ export function applyInputs(
       const unknown = new Set<string>();
       task.image = expandInputs(task.image, values, names, unknown);
       report([...base, 'image'], unknown);
+    }
+    if (task.block) {
+      // A new object: a matrix's expansions share the one the compiler made.
+      const unknown = new Set<string>();
+      const prompt = expandInputs(task.block.prompt, values, names, unknown);
+      report([...base, 'block', 'prompt'], unknown);
+      if (prompt !== task.block.prompt)
+        task.block = { ...task.block, prompt: onePromptLine(prompt) };
     }
     for (const [name, value] of values) task.env[`CONDUCTOR_INPUT_${envFragment(name)}`] = value;
   }

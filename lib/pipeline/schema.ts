@@ -398,6 +398,13 @@ export const TaskSchema = TaskFields.superRefine((task, ctx) => {
         message: "a block step's outputs are its fields",
       });
     }
+    if (task.timeout !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['timeout'],
+        message: 'a block step waits for block.timeout: move timeout under block',
+      });
+    }
   } else if (task.script === undefined) {
     // Reported as a missing key, as when script was required outright.
     ctx.addIssue({ code: 'custom', path: ['script'], message: REQUIRED });

@@ -147,6 +147,88 @@ describe('block:', () => {
   });
 });
 
+describe('block: with inputs and a timeout (#48)', () => {
+  const MANUAL = { ref: 'refs/heads/main', event: 'manual' } as const;
+
+  test("an input's expression in a block's prompt is the run's value; a matrix's expansions each get it", () => {
+    const tasks = compile(
+      yaml`
+        version: 1
+        inputs:
+          env: { type: choice, options: [staging, prod], default: staging }
+        tasks:
+          gate:
+            matrix: { region: [eu, us] }
+            block: { prompt: "Deploy to \${{ inputs.env }}?" }
+      `,
+      { ...MANUAL, inputs: { env: 'prod' } },
+    ).tasks;
+    assert.deepEqual(
+      tasks.map((t) => t.block?.prompt),
+      ['Deploy to prod?', 'Deploy to prod?'],
+    );
+    const pushed = compile(yaml`
+      version: 1
+      inputs:
+        env: { type: string, default: staging }
+      tasks:
+        gate: { block: { prompt: "Deploy to \${{ inputs.env }}?" } }
+    `).tasks;
+    assert.equal(pushed[0]?.block?.prompt, 'Deploy to staging?');
+  });
+
+  test('a value with line breaks stays one line, and a long one is cut at 200 characters', () => {
+    const text = yaml`
+      version: 1
+      inputs:
+        note: { type: string }
+      tasks:
+        gate: { block: { prompt: "Why: \${{ inputs.note }}" } }
+    `;
+    const [broken] = compile(text, { ...MANUAL, inputs: { note: 'one\ntwo' } }).tasks;
+    assert.equal(broken?.block?.prompt, 'Why: one two');
+    const [long] = compile(text, { ...MANUAL, inputs: { note: 'x'.repeat(500) } }).tasks;
+    assert.equal(long?.block?.prompt.length, 200);
+    assert.ok(long?.block?.prompt.endsWith('x…'));
+  });
+
+  test('an undeclared input in a prompt is an error at its line', () => {
+    assert.deepEqual(
+      shown(yaml`
+        version: 1
+        tasks:
+          gate:
+            block: { prompt: "Deploy \${{ inputs.env }}?" }
+      `),
+      [
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: the expression as the message quotes it
+        '4:22 tasks.gate.block.prompt: ${{ inputs.env }} names an input that is not declared (the pipeline declares no inputs)',
+      ],
+    );
+  });
+
+  test('a task-level timeout on a block step is an error at its line that names block.timeout', () => {
+    assert.deepEqual(
+      shown(yaml`
+        version: 1
+        tasks:
+          wait:
+            timeout: 2h
+            block: { prompt: Go? }
+      `),
+      ['4:14 tasks.wait.timeout: a block step waits for block.timeout: move timeout under block'],
+    );
+    // block.timeout itself, and defaults.timeout (which a block step ignores), are fine.
+    const [wait] = compile(yaml`
+      version: 1
+      defaults: { timeout: 10m }
+      tasks:
+        wait: { block: { prompt: Go?, timeout: 2h } }
+    `).tasks;
+    assert.equal(wait?.block?.timeoutS, 7200);
+  });
+});
+
 describe('docs/pipeline.md', () => {
   const reference = readFileSync(new URL('../../docs/pipeline.md', import.meta.url), 'utf8');
   const section = (title: string) => {
