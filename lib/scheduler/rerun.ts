@@ -17,8 +17,10 @@ export interface RerunResult {
 /**
  * Runs a finished job again as a new job (trigger 'rerun', rerun_of set, same
  * sha, ref and trust) from the tasks the first job compiled. With failedOnly,
- * successful tasks keep their outcome and outputs and the rest run again. A
- * rerun never cancels anything as superseded.
+ * successful tasks keep their outcome and outputs and the rest run again, with
+ * every task after a failed or cancelled one (runAgain); a job where nothing
+ * failed gives a new job of kept tasks, finished at once. A rerun never
+ * cancels anything as superseded.
  */
 export async function rerunJob(
   pool: Pool,
@@ -61,6 +63,7 @@ export async function rerunJob(
         'select * from tasks where job_id = $1 order by position',
         [old.id],
       );
+      const again = failedOnly ? runAgain(rows) : null;
       const specs: TaskSpec[] = rows.map((t) => ({
         name: t.name,
         baseName: t.base_name,
@@ -89,7 +92,7 @@ export async function rerunJob(
         pathSkipped: t.path_skipped ? (t.error ?? 'no changed file matches') : undefined,
         position: t.position,
         kept:
-          failedOnly && t.state === 'success'
+          again && t.state === 'success' && !again.has(t.name)
             ? {
                 from: t.copied_from ?? t.id,
                 attempt: t.attempt,
@@ -136,4 +139,29 @@ export async function rerunJob(
   if (created.dispatch) return { ...created, jobState: null };
   const follow = await followUpAfterCommit(pool, created.job.id);
   return { ...created, jobState: follow?.jobState ?? null };
+}
+
+/**
+ * The successful tasks a failed-only rerun runs again all the same: those
+ * that come after a failed or cancelled task through their needs, at any
+ * depth. They ran because of that outcome (`when: always`, `on_failure`, or
+ * after an allow_failure task), and run again with its new one.
+ */
+export function runAgain(tasks: readonly Pick<TaskRow, 'name' | 'state' | 'needs'>[]): Set<string> {
+  const dependents = new Map<string, string[]>();
+  for (const t of tasks) {
+    for (const need of t.needs) dependents.set(need, [...(dependents.get(need) ?? []), t.name]);
+  }
+  const again = new Set<string>();
+  const todo = tasks
+    .filter((t) => t.state === 'failed' || t.state === 'cancelled')
+    .map((t) => t.name);
+  for (let name = todo.pop(); name !== undefined; name = todo.pop()) {
+    for (const next of dependents.get(name) ?? []) {
+      if (again.has(next)) continue;
+      again.add(next);
+      todo.push(next);
+    }
+  }
+  return again;
 }

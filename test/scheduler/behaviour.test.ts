@@ -369,6 +369,86 @@ test('rerun of the failed tasks keeps the successful ones with their outputs and
   assert.equal(await db.jobState(job.id), 'failed', 'the first job keeps its state');
 });
 
+test('a failed-only rerun of a job where nothing failed is a new job of kept tasks, finished at once', async () => {
+  const { worker, job } = await db.runningJob([
+    spec('build', { outputs: ['version'] }),
+    spec('test', { needs: ['build'] }),
+    spec('rollback', { needs: ['test'], when: 'on_failure' }),
+  ]);
+  await db.finish(worker, await db.claimNamed(worker, 'build'), 'success', {
+    outputs: { version: '7' },
+  });
+  await db.finish(worker, await db.claimNamed(worker, 'test'), 'success');
+  assert.equal(await db.jobState(job.id), 'success');
+
+  const rerun = await rerunJob(pool, job.id, true);
+  assert.equal(rerun.dispatch, false);
+  assert.equal(rerun.job.rerun_of, job.id);
+  assert.equal(rerun.jobState, 'success');
+  assert.equal(await db.jobState(rerun.job.id), 'success');
+  const tasks = await db.tasksOf(rerun.job.id);
+  assert.deepEqual(
+    Object.values(tasks)
+      .sort((a, b) => a.position - b.position)
+      .map((t) => [t.name, t.state, t.copied_from !== null]),
+    [
+      ['build', 'success', true],
+      ['test', 'success', true],
+      ['rollback', 'skipped', false],
+    ],
+  );
+  const { rows } = await pool.query('select value from task_outputs where task_id = $1', [
+    tasks.build!.id,
+  ]);
+  assert.deepEqual(rows, [{ value: '7' }]);
+});
+
+test('a failed-only rerun runs again the when: always and on_failure tasks after what it reruns', async () => {
+  const { worker, job } = await db.runningJob([
+    spec('build'),
+    spec('test', { needs: ['build'] }),
+    spec('rollback', { needs: ['test'], when: 'on_failure' }),
+    spec('notify', { needs: ['test'], when: 'always' }),
+    spec('archive', { needs: ['notify'] }),
+    spec('lint'),
+    spec('report', { needs: ['lint'], when: 'always' }),
+  ]);
+  await db.finish(worker, await db.claimNamed(worker, 'build'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'test'), 'failed');
+  await db.finish(worker, await db.claimNamed(worker, 'rollback'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'notify'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'archive'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'lint'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'report'), 'success');
+  assert.equal(await db.jobState(job.id), 'failed');
+
+  const rerun = await rerunJob(pool, job.id, true);
+  const tasks = await db.tasksOf(rerun.job.id);
+  // test runs again, and so does every task after it (those that ran because
+  // it failed, and what needs them); lint and report, which do not follow
+  // test, are kept.
+  assert.deepEqual(
+    Object.values(tasks)
+      .sort((a, b) => a.position - b.position)
+      .map((t) => [t.name, t.state, t.copied_from !== null]),
+    [
+      ['build', 'success', true],
+      ['test', 'queued', false],
+      ['rollback', 'waiting', false],
+      ['notify', 'waiting', false],
+      ['archive', 'waiting', false],
+      ['lint', 'success', true],
+      ['report', 'success', true],
+    ],
+  );
+  await db.finish(worker, await db.claimNamed(worker, 'test'), 'success');
+  await db.finish(worker, await db.claimNamed(worker, 'notify'), 'success');
+  const n = await db.finish(worker, await db.claimNamed(worker, 'archive'), 'success');
+  assert.equal(n.job_state, 'success');
+  const after = await db.tasksOf(rerun.job.id);
+  assert.equal(after.rollback!.state, 'skipped', 'nothing it needs failed this time');
+});
+
 test('rerun of all tasks runs every task again and cancels nothing', async () => {
   const { worker, job } = await db.runningJob([spec('a'), spec('b', { needs: ['a'] })], {
     ref: 'refs/heads/main',
