@@ -60,8 +60,7 @@ export const RerunSchema = z.strictObject({ failed_only: z.boolean().default(fal
  * without `refs/` names a branch, and without `sha` the job runs the ref's
  * head, asked of the forge (lib/forge/branch.ts): a ref without one is a 422
  * naming it, a forge that does not answer a 503. `inputs` go to the
- * pipeline's `inputs:`. It supersedes the ref's unfinished jobs as a push
- * would.
+ * pipeline's `inputs:`. It supersedes nothing (only a push does).
  */
 export async function startManualJob(
   ctx: AppContext,

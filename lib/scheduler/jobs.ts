@@ -84,13 +84,13 @@ async function seenBefore(db: Queryable, input: NewJob): Promise<JobRow | undefi
   return undefined;
 }
 
+// Only a push (to a branch or a pull request) supersedes: a manual run, a
+// schedule's, a rerun or a tag never cancels anything, so a `conductor
+// trigger` does not cancel a deploy of its branch waiting at a block step,
+// nor a nightly build the pushes of its branch.
 function supersedes(job: NewJob): boolean {
-  // A scheduled run (a nightly build) never cancels the pushes of its branch.
   return (
-    job.trigger !== 'rerun' &&
-    job.trigger !== 'tag' &&
-    job.trigger !== 'schedule' &&
-    !job.ref.startsWith('refs/tags/')
+    (job.trigger === 'push' || job.trigger === 'pull_request') && !job.ref.startsWith('refs/tags/')
   );
 }
 
@@ -191,7 +191,7 @@ const CREATE = { isolation: 'repeatable read', immediate: true, maxRetries: 64 }
 // received, then the number (jobs.received_at, migrations/015).
 const RECEIVED = 'coalesce(received_at, created_at)';
 // The triggers that supersede (supersedes() above, in SQL).
-const SUPERSEDING = `trigger not in ('rerun', 'tag', 'schedule') and ref not like 'refs/tags/%'`;
+const SUPERSEDING = `trigger in ('push', 'pull_request') and ref not like 'refs/tags/%'`;
 
 /**
  * Cancels the unfinished jobs of `job`'s ref received before it; and `job`

@@ -305,6 +305,27 @@ test('tags, reruns and projects that turned it off never cancel superseded jobs'
   assert.equal(await db.jobState(a.job.id), 'pending');
 });
 
+test('a manual run supersedes nothing: a job waiting at a block step stays; a later push cancels both', async () => {
+  const project = await db.makeProject();
+  const worker = await db.makeWorker();
+  const block = { prompt: 'Deploy?', fields: [], timeoutS: 3600, onTimeout: 'fail' as const };
+  const deploy = await db.startedJob(
+    project,
+    [spec('build'), spec('approve', { needs: ['build'], block })],
+    { ref: 'refs/heads/main' },
+  );
+  await db.finish(worker, await db.claimNamed(worker, 'build'), 'success');
+  assert.equal((await db.tasksOf(deploy.id)).approve!.state, 'blocked');
+  const manual = await db.pendingJob(project, { sha: sha(2), trigger: 'manual' });
+  assert.deepEqual(manual.superseded, []);
+  assert.equal(await db.jobState(deploy.id), 'running');
+  assert.equal((await db.tasksOf(deploy.id)).approve!.state, 'blocked');
+  const pushed = await db.pendingJob(project, { sha: sha(3) });
+  assert.deepEqual(new Set(pushed.superseded), new Set([deploy.id, manual.job.id]));
+  assert.equal(await db.jobState(deploy.id), 'cancelled');
+  assert.equal(await db.jobState(manual.job.id), 'cancelled');
+});
+
 test('a pull request job supersedes the older ones of the same pull request; closing it cancels them', async () => {
   const project = await db.makeProject();
   const pr = (n: number, number: number) =>
