@@ -24,8 +24,10 @@ export { formatIssue, type PipelineIssue } from '../pipeline/index.ts';
 
 import { NotFoundError, UnavailableError, ValidationError } from '../errors.ts';
 import { resolveHead } from '../forge/branch.ts';
-import { ForgeUnavailableError } from '../forge/pipeline-file.ts';
+import { ForgeUnavailableError, fetchPipelineFile } from '../forge/pipeline-file.ts';
 import { ADMIN_BEARER } from '../people/sessions.ts';
+import { checkInputs, declaredInputsOf } from '../pipeline/inputs.ts';
+import { PIPELINE_FILE } from '../pipeline/limits.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
 import { getJobOnly, type JobView } from '../scheduler/views.ts';
 import { audit, type Person } from './audit.ts';
@@ -48,7 +50,8 @@ export const TriggerSchema = z.strictObject({
     .transform((s) => s.toLowerCase())
     .refine((s) => SHA.test(s), 'must be a full commit sha (40 or 64 hex digits)')
     .optional(),
-  // Checked against the pipeline's `inputs:` when the job compiles (a failed job names them).
+  // Checked against the pipeline's `inputs:` at the commit before the job is
+  // made (checkRunInputs), and again when it compiles.
   inputs: InputValuesSchema.optional(),
 });
 export type Trigger = z.infer<typeof TriggerSchema>;
@@ -71,6 +74,7 @@ export async function startManualJob(
   await getProject(ctx.pool, projectId);
   const full = ref.startsWith('refs/') ? ref : `refs/heads/${ref}`;
   const head = sha ?? (await headOf(ctx, projectId, full));
+  await checkRunInputs(ctx, projectId, head, inputs ?? {});
   const { job, superseded } = await createJob(ctx.pool, {
     projectId,
     ref: full,
@@ -88,6 +92,49 @@ export async function startManualJob(
   });
   await triggerJob(ctx, job, superseded);
   return job;
+}
+
+/**
+ * Refuses (400, naming each input) inputs the pipeline file at `sha` does not
+ * take: an input it does not declare, a value of the wrong type or outside a
+ * choice's options, a required input left out. The file is read as the
+ * compile reads it, outside any transaction; when it cannot be read (the
+ * forge down, no file) or its `inputs:` cannot be told, nothing is refused
+ * here and the compile reports what is wrong, as it always did.
+ */
+async function checkRunInputs(
+  ctx: AppContext,
+  projectId: string,
+  sha: string,
+  given: Record<string, unknown>,
+): Promise<void> {
+  const project = await getProjectRow(ctx.pool, projectId);
+  if (!project) throw new NotFoundError(`project "${projectId}" does not exist`);
+  let text: string;
+  try {
+    const file = await fetchPipelineFile({
+      ...branchSource(ctx.config, ctx.keyring, project),
+      sha,
+    });
+    if (!file.found) return;
+    text = file.text;
+  } catch (err) {
+    if (err instanceof ForgeUnavailableError) return;
+    throw err;
+  }
+  const declared = declaredInputsOf(text);
+  if (declared === null) return;
+  const { problems } = checkInputs(declared, given, true);
+  if (problems.length === 0) return;
+  throw new ValidationError(
+    problems.map((p) => ({
+      path: `inputs.${p.name}`,
+      message:
+        p.kind === 'undeclared'
+          ? `not declared by ${PIPELINE_FILE} at ${sha.slice(0, 12)}; ${p.detail}`
+          : p.detail,
+    })),
+  );
 }
 
 /** The head commit of a project's ref, asked outside any transaction. */

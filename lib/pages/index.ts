@@ -506,8 +506,9 @@ async function projectExtras(
 /**
  * The Run form's post: a session, its CSRF token and the right to run, then
  * the manual trigger with the form's ref and `input.<name>` values; answers
- * the new job's page. A bad ref or input shape is a page with the reason; a
- * value the pipeline refuses fails the job, which says why.
+ * the new job's page. A bad ref, an input the pipeline at the ref's head
+ * does not take, or a value it refuses is a 400 page naming it, and no job is
+ * made (when that file could not be read, the job's compile says why).
  */
 const runForm: PageRoute = asPage(async (event, ctx, act, people) => {
   const who = await signedInAs(event, ctx);

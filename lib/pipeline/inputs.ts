@@ -3,6 +3,7 @@
 // values a job was given are checked against them when it compiles, and reach
 // every task as CONDUCTOR_INPUT_<NAME> and wherever `${{ inputs.<name> }}`
 // is written in a script line, an env value, an image or a block's prompt.
+import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import type { Trigger } from './glob.ts';
 import type { IssueList, PathSegment } from './issues.ts';
@@ -188,43 +189,92 @@ export function resolveInputs(
   root: Loc,
   issues: IssueList,
 ): Map<string, string> {
+  const given = GIVEN_BY.has(trigger.event) ? (trigger.inputs ?? {}) : {};
+  const { values, problems } = checkInputs(declared, given, GIVEN_BY.has(trigger.event));
+  for (const problem of problems) {
+    const at: PathSegment[] = problem.kind === 'undeclared' ? ['inputs'] : ['inputs', problem.name];
+    const message =
+      problem.kind === 'undeclared'
+        ? `input ${quote(problem.name)} was given (${describeValue(given[problem.name])}) but is not declared; ${problem.detail}`
+        : problem.kind === 'invalid'
+          ? `input ${quote(problem.name)}: ${problem.detail}`
+          : `input ${quote(problem.name)} ${problem.detail}`;
+    issues.add(locate(root, at, 'key'), at, message);
+  }
+  return values;
+}
+
+/** What is wrong with one input a run was given (or was not given). */
+export interface InputProblem {
+  name: string;
+  /** Given but not declared; given with a value of the wrong kind; required and not given. */
+  kind: 'undeclared' | 'invalid' | 'missing';
+  /** What was expected: `the pipeline declares "env"`, `expected a number, got "x"`, `is required (a number) and was not given`. */
+  detail: string;
+}
+
+/**
+ * The values `given` makes of the declared inputs (else their defaults), and
+ * what is wrong with them: an input given that is not declared, a value of
+ * the wrong kind, and (with `requireRequired`) a required input not given.
+ * The compile (resolveInputs) and a manual run's request (lib/app/jobs.ts)
+ * both ask it.
+ */
+export function checkInputs(
+  declared: Record<string, InputDeclaration> | undefined,
+  given: Record<string, unknown>,
+  requireRequired: boolean,
+): { values: Map<string, string>; problems: InputProblem[] } {
   const values = new Map<string, string>();
+  const problems: InputProblem[] = [];
   const decls = declared ?? {};
   const names = Object.keys(decls);
-  const given = GIVEN_BY.has(trigger.event) ? (trigger.inputs ?? {}) : {};
-  for (const [name, value] of Object.entries(given)) {
+  for (const name of Object.keys(given)) {
     if (Object.hasOwn(decls, name)) continue;
     const known =
       names.length === 0
         ? 'the pipeline declares no inputs'
         : `the pipeline declares ${names.map((n) => quote(n)).join(', ')}`;
-    issues.add(
-      locate(root, ['inputs'], 'key'),
-      ['inputs'],
-      `input ${quote(name)} was given (${describeValue(value)}) but is not declared; ${known}`,
-    );
+    problems.push({ name, kind: 'undeclared', detail: known });
   }
   for (const name of names) {
     const decl = decls[name]!;
-    const at: PathSegment[] = ['inputs', name];
     if (Object.hasOwn(given, name)) {
       const checked = coerceInput(decl, given[name]);
-      if ('error' in checked) {
-        issues.add(locate(root, at, 'key'), at, `input ${quote(name)}: ${checked.error}`);
-      } else {
-        values.set(name, checked.value);
-      }
+      if ('error' in checked) problems.push({ name, kind: 'invalid', detail: checked.error });
+      else values.set(name, checked.value);
     } else if (decl.default !== undefined) {
       values.set(name, String(decl.default));
-    } else if (decl.required && GIVEN_BY.has(trigger.event)) {
-      issues.add(
-        locate(root, at, 'key'),
-        at,
-        `input ${quote(name)} is required (${expected(decl)}) and was not given`,
-      );
+    } else if (decl.required && requireRequired) {
+      problems.push({
+        name,
+        kind: 'missing',
+        detail: `is required (${expected(decl)}) and was not given`,
+      });
     }
   }
-  return values;
+  return { values, problems };
+}
+
+/**
+ * The inputs `text` (a pipeline file) declares, read without compiling it,
+ * or null when they cannot be told: broken YAML, or an `inputs:` that is not
+ * what the compile takes (the compile reports either). Included files hold
+ * tasks only, so the file's own `inputs:` are all there are.
+ */
+export function declaredInputsOf(text: string): Record<string, InputDeclaration> | null {
+  let value: unknown;
+  try {
+    // The file is bounded (MAX_PIPELINE_BYTES) by whoever read it; aliases are too.
+    value = parseYaml(text, { maxAliasCount: 100, uniqueKeys: true });
+  } catch {
+    return null;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return null;
+  const inputs = (value as Record<string, unknown>).inputs;
+  if (inputs === undefined || inputs === null) return {};
+  const parsed = InputsSchema.safeParse(inputs);
+  return parsed.success ? (parsed.data as Record<string, InputDeclaration>) : null;
 }
 
 const EXPRESSION = /\$\{\{\s*inputs\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}/g;

@@ -2,8 +2,8 @@
 // without a sha takes the ref's head (git for a repository on this machine;
 // GitHub's and Gitea's branch APIs below, against a fake), its inputs reach
 // the script's environment as CONDUCTOR_INPUT_<NAME> and `${{ inputs.x }}`,
-// and an undeclared or mistyped input fails the job naming the input and what
-// was expected.
+// and an undeclared, mistyped or missing input answers 400 naming the input
+// and what was expected (#48), before any job is made.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -90,30 +90,55 @@ test('a run without a sha takes the head of the branch, and its inputs reach the
   assert.equal(done.status, 200, done.text);
 });
 
-test('undeclared and mistyped inputs fail the job, naming each input and what was expected', async () => {
+test('undeclared and mistyped inputs answer 400 at once, naming each input and what was expected; no job is made', async () => {
+  const before = await stack.call('GET', '/v1/projects/inputs/jobs', { token: stack.adminToken });
   const res = await run({ ref: 'main', inputs: { env: 'qa', count: 'many', region: 'eu' } });
-  assert.equal(res.status, 202, res.text);
-  const view = await waitForJob(stack, res.body.job_id);
-  assert.equal(view.job.state, 'failed');
-  const messages = view.job.errors.map(
-    (e: { path: string; message: string }) => `${e.path}: ${e.message}`,
+  assert.equal(res.status, 400, res.text);
+  assert.equal(
+    res.body.error.message,
+    `inputs.region: not declared by .conductor.yml at ${head.slice(0, 12)}; the pipeline declares "env", "dry_run", "count", "note"; ` +
+      'inputs.env: expected one of "staging", "prod", got "qa"; ' +
+      'inputs.count: expected a number, got "many"',
   );
-  assert.deepEqual(messages, [
-    'inputs: input "region" was given ("eu") but is not declared; the pipeline declares "env", "dry_run", "count", "note"',
-    'inputs.env: input "env": expected one of "staging", "prod", got "qa"',
-    'inputs.count: input "count": expected a number, got "many"',
-  ]);
-  assert.match(view.job.error, /^\.conductor\.yml:2:1: inputs: input "region"/);
+  const after = await stack.call('GET', '/v1/projects/inputs/jobs', { token: stack.adminToken });
+  assert.equal(after.body.jobs.length, before.body.jobs.length, 'no job was made');
 });
 
-test('a required input left out fails the job naming it', async () => {
-  const res = await run({ ref: 'main' });
-  const view = await waitForJob(stack, res.body.job_id);
-  assert.equal(view.job.state, 'failed');
-  assert.match(
-    view.job.error,
-    /inputs\.count: input "count" is required \(a number\) and was not given/,
+test('a required input left out answers 400 naming it', async () => {
+  const res = await run({ ref: 'main', inputs: { env: 'prod' } });
+  assert.equal(res.status, 400, res.text);
+  assert.equal(res.body.error.message, 'inputs.count: is required (a number) and was not given');
+});
+
+test('the compile still checks the inputs when the file could not be read first: a forge that does not answer makes the job', async () => {
+  const seen: string[] = [];
+  const down = createServer((req, res) => {
+    seen.push(`${req.method} ${req.url}`);
+    res.writeHead(503, { 'content-type': 'application/json' });
+    res.end('{}');
+  });
+  await new Promise<void>((r) => down.listen(0, '127.0.0.1', r));
+  after(() => new Promise<void>((r) => down.close(() => r())));
+  allowPrivateForges(true);
+  await createProject(stack, {
+    id: 'inputs-down',
+    name: 'inputs-down',
+    forge: 'gitea',
+    repo: 'acme/down',
+    repo_url: 'https://gitea.invalid/acme/down.git',
+    forge_url: `http://127.0.0.1:${(down.address() as AddressInfo).port}`,
+  });
+  const res = await stack.call('POST', '/v1/projects/inputs-down/jobs', {
+    token: stack.adminToken,
+    body: { ref: 'main', sha: 'd'.repeat(40), inputs: { nope: 'x' } },
+  });
+  assert.equal(res.status, 202, res.text);
+  assert.ok(
+    seen.some((line) => line.includes('/acme/down/') && line.includes('.conductor.yml')),
+    seen.join('\n'),
   );
+  const view = await stack.call('GET', `/v1/jobs/${res.body.job_id}`, { token: stack.adminToken });
+  assert.equal(view.body.job.state, 'pending', 'left for the compile, which waits for the forge');
 });
 
 test('bad requests name the field: a branch with no head, inputs of the wrong shape', async () => {

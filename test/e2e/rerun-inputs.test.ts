@@ -79,7 +79,19 @@ test('a rerun of a manual run whose pipeline could not be read runs with the inp
   assert.deepEqual(names, ['announce', 'deploy']);
 });
 
-test('a rerun of a manual run that failed on a mistyped input fails again naming it (its inputs are kept)', async () => {
+test('a rerun of a manual run with a mistyped input fails naming it (its inputs are kept)', async () => {
+  // Read at once, the file refuses the mistyped input with a 400 (#48) ...
+  const refused = await stack.call('POST', '/v1/projects/rr/jobs', {
+    token: stack.adminToken,
+    body: { ref: 'main', sha: head, inputs: { dry_run: true, dryrun: true } },
+  });
+  assert.equal(refused.status, 400, refused.text);
+  assert.match(refused.body.error.message, /^inputs\.dryrun: not declared/);
+  // ... so the first run is one whose file could not be read then.
+  await stack.context.pool.query(`update projects set repo_url = $2 where id = $1`, [
+    'rr',
+    `${repo}-gone`,
+  ]);
   const res = await stack.call('POST', '/v1/projects/rr/jobs', {
     token: stack.adminToken,
     body: { ref: 'main', sha: head, inputs: { dry_run: true, dryrun: true } },
@@ -87,6 +99,7 @@ test('a rerun of a manual run that failed on a mistyped input fails again naming
   assert.equal(res.status, 202, res.text);
   const first = await waitForJob(stack, res.body.job_id);
   assert.equal(first.job.state, 'failed', JSON.stringify(first.job));
+  await stack.context.pool.query(`update projects set repo_url = $2 where id = $1`, ['rr', repo]);
   const rerun = await stack.call('POST', `/v1/jobs/${res.body.job_id}/rerun`, {
     token: stack.adminToken,
     body: {},

@@ -1,6 +1,7 @@
 // The Run form on the project page (issue #29), in a real browser: a field
 // per input the pipeline declares, for a signed-in person who may run; its
 // submit starts a job of the ref's head with those inputs and opens its page.
+// An input the head's pipeline does not take answers 400 naming it, with no job made.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -107,4 +108,33 @@ test('the Run form with inputs starts a job with them', async () => {
     return res.status;
   });
   assert.equal(forged, 403);
+});
+
+test('a value the pipeline at the head does not take is refused at once, naming the input (#48)', async () => {
+  const { page } = await newPage(browser);
+  await signIn(page, stack, '/projects/runs');
+  const form = page.locator('form[data-run-form]');
+  // The form was drawn from the pipeline of the latest trusted job; the
+  // branch's head has since dropped `note`.
+  await writeFile(
+    join(repo, '.conductor.yml'),
+    'version: 1\ninputs:\n  env: {type: choice, options: [staging, prod], default: staging}\ntasks:\n  deploy:\n    script: [./deploy]\n',
+  );
+  git('commit', '-q', '-am', 'no note');
+  const newHead = git('rev-parse', 'HEAD');
+  const jobsBefore = await stack.context.pool.query('select count(*)::int as n from jobs');
+  await page.fill('#input-note', 'why not');
+  const [response] = await Promise.all([
+    page.waitForResponse((r) => r.url().endsWith('/projects/runs/run')),
+    form.locator('button[type=submit]').click(),
+  ]);
+  assert.equal(response.status(), 400);
+  await page.waitForLoadState();
+  const text = (await page.locator('body').textContent()) ?? '';
+  assert.match(
+    text,
+    new RegExp(`inputs\\.note: not declared by \\.conductor\\.yml at ${newHead.slice(0, 12)}`),
+  );
+  const jobsAfter = await stack.context.pool.query('select count(*)::int as n from jobs');
+  assert.equal(jobsAfter.rows[0].n, jobsBefore.rows[0].n, 'no job was made');
 });
