@@ -60,6 +60,13 @@ import {
   updateProject,
 } from '../lib/app/projects.ts';
 import {
+  beginReport,
+  commitReport,
+  listJobTests,
+  ReportBeginSchema,
+  ReportCommitSchema,
+} from '../lib/app/reports.ts';
+import {
   changeSchedule,
   createSchedule,
   projectSchedules,
@@ -283,6 +290,10 @@ Object.assign(routes, {
     status: 200,
     body: await listJobArtifacts(ctx, idParam(event, 'id', 'job')),
   }),
+  'GET /v1/jobs/{id}/tests': async (event, ctx) => ({
+    status: 200,
+    body: await listJobTests(ctx, idParam(event, 'id', 'job')),
+  }),
   'GET /v1/artifacts/{id}': async (event, ctx) => ({
     status: 302,
     headers: {
@@ -377,6 +388,21 @@ const runnerRoutes: Record<string, Route> = {
     return {
       status: 200,
       body: await commitArtifact(ctx, worker.id, id, idParam(event, 'artifact', 'artifact'), body),
+    };
+  },
+  'POST /v1/runner/tasks/{id}/reports': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, ReportBeginSchema);
+    const taskId = idParam(event, 'id', 'task');
+    return { status: 200, body: await beginReport(ctx, worker.id, taskId, body) };
+  },
+  'POST /v1/runner/tasks/{id}/reports/{report}/commit': async (event, ctx) => {
+    const worker = await requireWorker(ctx.pool, event);
+    const body = jsonBody(event, ReportCommitSchema);
+    const id = idParam(event, 'id', 'task');
+    return {
+      status: 200,
+      body: await commitReport(ctx, worker.id, id, idParam(event, 'report', 'report'), body),
     };
   },
   'POST /v1/runner/tasks/{id}/needs-artifacts': async (event, ctx) => {

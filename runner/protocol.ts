@@ -63,6 +63,11 @@ export const TaskSchema = z.object({
       }),
     )
     .optional(),
+  // Test reports (docs/pipeline.md#reports-test-results); absent from a control plane that predates them: none.
+  reports: z
+    .object({ junit: z.array(z.string()) })
+    .nullable()
+    .optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
 

@@ -21,6 +21,7 @@ import { LogStream } from './logstream.ts';
 import { MAX_OUTPUTS_BYTES, OutputsError, parseOutputs } from './outputs.ts';
 import type { Exit } from './process.ts';
 import type { Completion, Outcome, Task } from './protocol.ts';
+import { uploadReports } from './reports.ts';
 import { parseLineFile, scriptLines } from './script.ts';
 import { ServiceError, type TaskServices } from './services.ts';
 import { readTaskFile, TaskFileError } from './taskfile.ts';
@@ -431,7 +432,7 @@ export class TaskRun {
   }
 
   /**
-   * After the script: its artifacts are uploaded as `when:` says, and its
+   * After the script: its test reports are uploaded, its artifacts as `when:` says, and its
    * caches saved when it succeeded. An artifact over a limit fails the task
    * with the limit's message.
    */
@@ -440,6 +441,15 @@ export class TaskRun {
     if (!storage || this.stopReason) return result;
     const scriptRan = result.outcome === 'success' || result.exitCode !== null;
     if (!scriptRan) return result;
+    // Test reports, whatever the script's outcome; they never change it.
+    if (this.task.reports?.junit.length) {
+      try {
+        await uploadReports(storage.ctx, this.task.reports.junit);
+      } catch (err) {
+        if (this.stopReason) return result;
+        this.note(`the test reports could not be uploaded: ${(err as Error).message}`);
+      }
+    }
     const when = this.task.artifacts?.when ?? 'on_success';
     const success = result.outcome === 'success';
     const upload =

@@ -58,6 +58,8 @@ export interface Assignment {
     paths: string[];
     policy: 'pull' | 'push' | 'pull-push';
   }>;
+  /** Test reports to upload after the script, whatever its outcome; null for none. */
+  reports: { junit: string[] } | null;
   repo: { url: string; sha: string; ref: string; token?: string };
 }
 
@@ -370,6 +372,7 @@ async function assemble(pool: Pool, keyring: Keyring, task: ClaimedTask): Promis
       paths: c.paths,
       policy: c.policy,
     })),
+    reports: task.storage?.reports ? { junit: [...task.storage.reports.junit] } : null,
     repo: {
       url: task.repo_url,
       sha: task.sha,

@@ -17,9 +17,11 @@ import {
   claimStatus,
   finishStatus,
   jobsWithStatusesDue,
+  shortDescription,
 } from '../scheduler/outbox.ts';
 import type { Keyring } from '../secrets.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
+import { describeTests, testTotals } from './reports.ts';
 
 export interface DeliveryOptions {
   githubApiUrl: string;
@@ -54,6 +56,12 @@ async function post(
   const project = await getProjectRow(pool, row.project_id);
   const token = project ? forgeToken(keyring, project) : null;
   if (!project || !token) throw new StatusRefusedError('the project has no forge token');
+  // A finished job whose tasks reported tests says how the tests went first.
+  let description = row.description;
+  if (row.state === 'success' || row.state === 'failure') {
+    const tests = await testTotals({ pool }, row.job_id);
+    if (tests) description = shortDescription(`${describeTests(tests)}; ${description}`);
+  }
   await postStatus(
     {
       forge: project.forge,
@@ -67,7 +75,7 @@ async function post(
       state: row.state,
       pipelineName: row.pipeline_name,
       trusted: row.trusted,
-      description: row.description,
+      description,
       ...(opts.publicUrl
         ? {
             targetUrl: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}?sig=${signJobLink(keyring, row.job_id)}`,

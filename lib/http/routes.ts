@@ -67,6 +67,11 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/v1/runner/tasks/{id}/caches/save', fn: 'api' },
   { method: 'POST', path: '/v1/runner/tasks/{id}/caches/{cache}/commit', fn: 'api' },
   { method: 'GET', path: '/jobs/{id}/artifacts/{artifact}', fn: 'api' },
+  // Test reports (docs/pipeline.md#reports-test-results): the job's tests, then
+  // the runner's uploads (lease-checked, as artifacts').
+  { method: 'GET', path: '/v1/jobs/{id}/tests', fn: 'api' },
+  { method: 'POST', path: '/v1/runner/tasks/{id}/reports', fn: 'api' },
+  { method: 'POST', path: '/v1/runner/tasks/{id}/reports/{report}/commit', fn: 'api' },
   // The web pages (lib/pages), served by the api function too.
   { method: 'GET', path: '/', fn: 'api' },
   { method: 'GET', path: '/login', fn: 'api' },

@@ -278,7 +278,13 @@ const r = (n: number) => Math.round(n);
  */
 export function renderGraph(
   tasks: GraphTask[],
-  opts: { href: (task: GraphTask) => string; open?: string; now?: number },
+  opts: {
+    href: (task: GraphTask) => string;
+    open?: string;
+    now?: number;
+    /** A short text at the right of a task's name: its tests (lib/pages/tests.ts). */
+    badge?: (task: GraphTask) => string | undefined;
+  },
 ): Html {
   if (tasks.length === 0) return new Html('');
   const now = opts.now ?? Date.now();
@@ -319,12 +325,17 @@ function node(
   x: number,
   y: number,
   label: string,
-  opts: { href: (task: GraphTask) => string; open?: string },
+  opts: {
+    href: (task: GraphTask) => string;
+    open?: string;
+    badge?: (task: GraphTask) => string | undefined;
+  },
   now: number,
 ): string {
   const { status, note } = taskLines(task, now);
   const open = task.id === opts.open ? ' open' : '';
-  const shownLabel = clip(label);
+  const badge = opts.badge?.(task);
+  const shownLabel = clip(label, badge ? CHARS - badge.length - 1 : CHARS);
   const shownStatus = clip(status, CHARS + 4);
   const shownNote = clip(note, CHARS + 4);
   // A tooltip only where the box cut something short (or shows a matrix
@@ -335,5 +346,5 @@ function node(
       : '';
   const x0 = r(x);
   const y0 = r(y);
-  return `<a class="node${open}" href="${esc(opts.href(task))}" data-task-name="${esc(task.name)}" data-state="${task.state}" data-task-id="${task.id}">${tip}<rect x="${x0}" y="${y0}" width="${NODE_W}" height="${NODE_H}" rx="6"/><rect class="bar" x="${x0}" y="${y0}" width="5" height="${NODE_H}" rx="2"/><text x="${x0 + 13}" y="${y0 + 18}">${esc(shownLabel)}</text><text class="sub st" x="${x0 + 13}" y="${y0 + 35}">${esc(shownStatus)}</text><text class="sub note" x="${x0 + 13}" y="${y0 + 51}">${esc(shownNote)}</text></a>`;
+  return `<a class="node${open}" href="${esc(opts.href(task))}" data-task-name="${esc(task.name)}" data-state="${task.state}" data-task-id="${task.id}">${tip}<rect x="${x0}" y="${y0}" width="${NODE_W}" height="${NODE_H}" rx="6"/><rect class="bar" x="${x0}" y="${y0}" width="5" height="${NODE_H}" rx="2"/><text x="${x0 + 13}" y="${y0 + 18}">${esc(shownLabel)}</text>${badge ? `<text class="sub tests" x="${x0 + NODE_W - 8}" y="${y0 + 18}" text-anchor="end" data-tests>${esc(badge)}</text>` : ''}<text class="sub st" x="${x0 + 13}" y="${y0 + 35}">${esc(shownStatus)}</text><text class="sub note" x="${x0 + 13}" y="${y0 + 51}">${esc(shownNote)}</text></a>`;
 }

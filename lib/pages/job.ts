@@ -21,6 +21,7 @@ import {
   timeEl,
 } from './html.ts';
 import { emptyLogNote, type LogPiece, logTail, logWindow } from './log.ts';
+import { graphBadges, jobTests, testsSection } from './tests.ts';
 
 /** Who is looking: signed in (with the session's CSRF token), or through a signed link. */
 export interface Viewer {
@@ -293,6 +294,8 @@ export async function renderJobPage(
   if (query.task && !open) throw new NotFoundError(`job ${jobId} has no task ${query.task}`);
   const rerunOf = await jobNumber(db, job.rerun_of);
   const events = await jobAuditEvents(db, job.id, 5);
+  const tests = await jobTests(db, job.id);
+  const badges = graphBadges(tests);
   let panel = html`<p class="muted" id="log">Select a task to see its log.</p>`;
   let piece: LogPiece | null = null;
   if (open) {
@@ -324,7 +327,8 @@ ${auditLines(events, now)}
 ${blockSection(job, tasks, viewer, now)}
 ${changesSection(job)}
 <h2>Tasks</h2>
-${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${taskHref(t.id, viewer)}#log`, open: open?.id, now })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
+${tasks.length ? html`<div class="graph">${renderGraph(tasks, { href: (t) => `${taskHref(t.id, viewer)}#log`, open: open?.id, now, badge: (t) => badges.get(t.id) })}</div>` : html`<p class="muted">${job.state === 'pending' || job.state === 'blocked' ? 'The pipeline file has not been read yet.' : 'No tasks.'}</p>`}
+${testsSection(tests)}
 ${panel}
 ${tasks.length ? html`<h2>All tasks</h2>${taskRows(tasks, viewer, now)}` : ''}
 ${await storageSection(db, job.id, tasks, viewer)}`;

@@ -116,6 +116,8 @@ export interface CompiledStorage {
     paths: string[];
     policy: 'pull' | 'push' | 'pull-push';
   }>;
+  /** Test reports uploaded after the script, whatever its outcome (docs/pipeline.md). */
+  reports?: { junit: string[] };
 }
 
 /** A service container of a task, as the runner receives it. */
@@ -576,6 +578,7 @@ function compileStorage(task: Task): CompiledStorage {
       policy: cache.policy ?? 'pull-push',
     }));
   }
+  if (task.reports) storage.reports = { junit: [...task.reports.junit] };
   return storage;
 }
 

@@ -322,6 +322,17 @@ const ArtifactsSchema = z.strictObject({
   when: z.enum(['on_success', 'on_failure', 'always']).optional(),
 });
 
+/** Most paths or globs under `reports: junit:` (lib/reports/limits.ts says the same). */
+export const MAX_REPORT_PATHS = 20;
+
+// `reports: {junit: [...]}` (issue #54): test reports the runner uploads after the script.
+const ReportsSchema = z.strictObject({
+  junit: z
+    .array(WorkspacePathSchema)
+    .min(1, 'must list at least one path')
+    .max(MAX_REPORT_PATHS, `must list at most ${MAX_REPORT_PATHS} paths`),
+});
+
 /** `{{ hash 'file' ... }}` in a cache key: the runner puts the files' hash there. */
 export const HASH_TEMPLATE = /\{\{\s*hash((?:\s+'[^']+')+)\s*\}\}/g;
 
@@ -375,6 +386,7 @@ const TaskFields = z.strictObject({
   services: ServicesSchema.optional(),
   artifacts: ArtifactsSchema.optional(),
   cache: CacheSchema.optional(),
+  reports: ReportsSchema.optional(),
   // Which outcomes of its needs, and which triggers, run the task (lib/pipeline/when.ts).
   when: WhenSchema.optional(),
   // Resolved before the schema sees the task (lib/pipeline/extends.ts); checked here for its shape.
@@ -519,6 +531,9 @@ function knownKeys(path: readonly PathSegment[], top: readonly string[]): string
   }
   if (path.length === 3 && path[0] === 'tasks' && path[2] === 'artifacts') {
     return Object.keys(ArtifactsSchema.shape);
+  }
+  if (path.length === 3 && path[0] === 'tasks' && path[2] === 'reports') {
+    return Object.keys(ReportsSchema.shape);
   }
   if ((path.length === 3 || path.length === 4) && path[0] === 'tasks' && path[2] === 'cache') {
     return Object.keys(CacheEntrySchema.shape);

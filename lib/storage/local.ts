@@ -5,7 +5,7 @@
 // S3: it PUTs and GETs the URLs it is handed.
 import { createHash, createHmac, randomUUID, timingSafeEqual } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { type FileHandle, mkdir, open, rename, rm, stat } from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -76,6 +76,28 @@ export class LocalStore implements BlobStore {
       return (await stat(this.file(key))).size;
     } catch {
       return null;
+    }
+  }
+
+  async read(key: string, maxBytes: number): Promise<Uint8Array | null> {
+    checkKey(key);
+    let handle: FileHandle;
+    try {
+      handle = await open(this.file(key), 'r');
+    } catch {
+      return null;
+    }
+    try {
+      const buffer = Buffer.alloc(maxBytes);
+      let filled = 0;
+      while (filled < maxBytes) {
+        const { bytesRead } = await handle.read(buffer, filled, maxBytes - filled, filled);
+        if (bytesRead === 0) break;
+        filled += bytesRead;
+      }
+      return buffer.subarray(0, filled);
+    } finally {
+      await handle.close();
     }
   }
 

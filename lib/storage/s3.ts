@@ -132,6 +132,25 @@ export class S3Store implements BlobStore {
     }
   }
 
+  async read(key: string, maxBytes: number): Promise<Uint8Array | null> {
+    checkKey(key);
+    try {
+      const out = await this.client.send(
+        new GetObjectCommand({
+          Bucket: this.bucket,
+          Key: this.prefix + key,
+          Range: `bytes=0-${Math.max(0, maxBytes - 1)}`,
+        }),
+      );
+      const bytes = (await out.Body?.transformToByteArray()) ?? new Uint8Array();
+      return bytes.subarray(0, maxBytes);
+    } catch (err) {
+      const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+      if (status === 404) return null;
+      throw err;
+    }
+  }
+
   async downloadUrl(key: string, filename: string, ttlS: number): Promise<string> {
     checkKey(key);
     return getSignedUrl(

@@ -23,6 +23,11 @@ export interface BlobStore {
   size(key: string): Promise<number | null>;
   /** A URL that downloads the object as `filename`, for `ttlS` seconds. */
   downloadUrl(key: string, filename: string, ttlS: number): Promise<string>;
+  /**
+   * The first `maxBytes` bytes of an object (a test report the control plane
+   * reads, lib/app/reports.ts); null when there is none.
+   */
+  read(key: string, maxBytes: number): Promise<Uint8Array | null>;
   /** Deletes objects; a key that is not there is no error. */
   delete(keys: string[]): Promise<void>;
 }
