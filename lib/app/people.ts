@@ -232,6 +232,17 @@ async function settings(ctx: AppContext, forge: Forge): Promise<SignInSettings> 
   };
 }
 
+/**
+ * Where the projects of a forge live for the people who sign in with it: the sign-in's
+ * instance (Gitea's CONDUCTOR_GITEA_URL, GitLab's CONDUCTOR_GITLAB_URL or gitlab.com), without a
+ * trailing slash; null for GitHub, whose API is CONDUCTOR_GITHUB_API_URL.
+ */
+export async function signInForgeUrl(ctx: AppContext, kind: ForgeKind): Promise<string | null> {
+  const forge = forgeOf(kind);
+  if (!hostedAnywhere(forge)) return null;
+  return (await settings(ctx, forge)).url?.replace(/\/+$/, '') ?? null;
+}
+
 /** The forges one may sign in with: those whose client id and secret are set (and their URL). */
 export async function signInForges(ctx: AppContext): Promise<ForgeKind[]> {
   const offered: ForgeKind[] = [];
