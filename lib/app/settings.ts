@@ -62,7 +62,15 @@ export const projectAdmin: ProjectAdmin = {
   },
 
   async update(ctx, id, fields, by) {
-    const input = parse(ProjectUpdateSchema, fields);
+    const parsed = parse(ProjectUpdateSchema, fields);
+    // The form sends every field: only those that change are applied and audited.
+    const current = (await getProject(ctx.pool, id)) as unknown as Record<string, unknown>;
+    const input = Object.fromEntries(
+      Object.entries(parsed).filter(
+        ([key, value]) => JSON.stringify(value) !== JSON.stringify(current[key]),
+      ),
+    ) as typeof parsed;
+    if (Object.keys(input).length === 0) return;
     if (input.org_groups && by.kind !== 'admin') await mayJoin(ctx, id, input.org_groups);
     await updateProject(ctx.pool, ctx.keyring, id, input, by, ctx.gate);
   },
