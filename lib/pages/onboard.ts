@@ -16,7 +16,7 @@ function renderOffers(offers: RepoOffer[], csrf: string): string {
         html`<tr data-repo="${r.repo}"><td>${r.repo}</td><td>${r.private ? 'private' : 'public'}</td><td>${
           r.project
             ? html`added as <a href="/projects/${enc(r.project)}">${r.project}</a>`
-            : html`<form method="post" action="/repositories" class="inline" data-add="${r.repo}"><input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="forge" value="${offer.forge}"><input type="hidden" name="repo" value="${r.repo}"><label>project id <input name="id" value="${r.suggestedId}" required maxlength="63" size="20" pattern="[a-z0-9][a-z0-9-]{0,62}"></label> <button type="submit">Add</button></form>`
+            : html`<form method="post" action="/repositories" class="inline" data-add="${r.repo}"><input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="forge" value="${offer.forge}"><input type="hidden" name="repo" value="${r.repo}"><label>project id <input name="id" value="${r.suggestedId}" required maxlength="63" size="20" style="width:auto" pattern="[a-z0-9][a-z0-9-]{0,62}"></label> <button type="submit">Add</button></form>`
         }</td></tr>`,
     );
     return html`<h2>${offer.title}</h2>

@@ -183,7 +183,7 @@ function select(name: string, id: string, choices: [string, string][], current: 
 }
 
 function checkbox(name: string, id: string, on: boolean, label: string): Html {
-  return html`<p><input type="checkbox" id="${id}" name="${name}" value="on"${on ? ' checked' : ''}> <label for="${id}">${label}</label></p>`;
+  return html`<p><input type="checkbox" style="width:auto" id="${id}" name="${name}" value="on"${on ? ' checked' : ''}> <label for="${id}">${label}</label></p>`;
 }
 
 const SAVED: Record<string, string> = {
@@ -247,10 +247,10 @@ ${
     const facts = html`<td><code>${s.cron}</code> ${s.timezone}</td><td>${s.ref ?? 'default branch'}</td><td data-schedule-state>${s.enabled ? 'on' : 'paused'}</td><td>${s.next_run_at ? timeEl(s.next_run_at, now) : '–'}</td><td>${s.last_error ?? ''}</td>`;
     const edit = canChange
       ? html`<tr><td colspan="6"><form method="post" action="${base}/schedules/${enc(s.name)}" data-form="schedule-edit" data-for="${s.name}">${csrf}
-<label for="${key}-cron">cron</label> <input id="${key}-cron" name="cron" value="${s.cron}" required maxlength="200" size="16">
-<label for="${key}-tz">time zone</label> <input id="${key}-tz" name="timezone" value="${s.timezone}" required maxlength="100" size="14">
-<label for="${key}-ref">ref</label> <input id="${key}-ref" name="ref" value="${s.ref ?? ''}" maxlength="1024" size="14" placeholder="default branch">
-<input type="checkbox" id="${key}-on" name="enabled" value="on"${s.enabled ? ' checked' : ''}> <label for="${key}-on">on</label>
+<label for="${key}-cron">cron</label> <input id="${key}-cron" name="cron" value="${s.cron}" required maxlength="200" size="16" style="width:auto">
+<label for="${key}-tz">time zone</label> <input id="${key}-tz" name="timezone" value="${s.timezone}" required maxlength="100" size="14" style="width:auto">
+<label for="${key}-ref">ref</label> <input id="${key}-ref" name="ref" value="${s.ref ?? ''}" maxlength="1024" size="14" style="width:auto" placeholder="default branch">
+<input type="checkbox" style="width:auto" id="${key}-on" name="enabled" value="on"${s.enabled ? ' checked' : ''}> <label for="${key}-on">on</label>
 <button type="submit">Save</button></form>
 <form method="post" action="${base}/schedules/${enc(s.name)}/delete" class="inline">${csrf}<button type="submit" data-delete-schedule="${s.name}">Delete</button></form></td></tr>`
       : '';
