@@ -76,6 +76,8 @@ export interface FakeForge {
   addRepository(repo: string, opts?: { private?: boolean; admin?: boolean }): void;
   /** The webhooks made through the API, by id. */
   hooks: Map<number, FakeHook>;
+  /** Set: making a hook answers this status (Gitea's 422 for a hook it will not make). */
+  refuseHooks: number | null;
   close(): Promise<void>;
 }
 
@@ -413,6 +415,10 @@ export async function startFakeForge(
       return true;
     }
     const api = hook[1] !== undefined ? 'gitea' : 'github';
+    if (req.method === 'POST' && hook[4] === undefined && fake.refuseHooks !== null) {
+      json(res, fake.refuseHooks, { message: 'webhook limit reached' });
+      return true;
+    }
     if (req.method === 'POST' && hook[4] === undefined) {
       // biome-ignore lint/suspicious/noExplicitAny: the hook's body, checked field by field
       let body: any = null;
@@ -545,6 +551,7 @@ export async function startFakeForge(
       });
     },
     hooks,
+    refuseHooks: null,
     close,
   };
   after(close);

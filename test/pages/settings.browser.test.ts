@@ -28,11 +28,13 @@ const { stack, fake } = e2e;
 fake.repositoryToken = TOKEN;
 fake.addRepository('acme/tea', { admin: true, private: true });
 fake.addRepository('acme/other', { admin: true });
+fake.addRepository('acme/hookless', { admin: true });
 // The token may read but not administer this one: it cannot make its hook, so it is not offered.
 fake.addRepository('acme/readonly', { admin: false });
 oauth.setPermission('acme/tea', 'ada', 'admin');
 oauth.setPermission('acme/readonly', 'ada', 'admin');
 oauth.setPermission('acme/other', 'ada', 'write');
+oauth.setPermission('acme/hookless', 'ada', 'admin');
 oauth.setPermission('acme/tea', 'wes', 'write');
 oauth.setPermission('acme/tea', 'rita', 'read');
 const browser = await launchBrowser();
@@ -69,7 +71,7 @@ test('an administrator adds a Gitea repository from the page: the project is mad
     await page
       .locator('[data-repo]')
       .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-repo'))),
-    ['acme/tea'],
+    ['acme/hookless', 'acme/tea'],
   );
   await screenshot(page, 'onboard-repositories');
   const form = page.locator('form[data-add="acme/tea"]');
@@ -138,6 +140,30 @@ test('an administrator adds a Gitea repository from the page: the project is mad
     /@ada has write access to acme\/other; adding it as a project needs admin access/,
   );
   assert.equal(fake.hooks.size, 1);
+});
+
+test('a hook the forge refuses to make adds nothing, and the page says why', async () => {
+  const page = await signInWithGitea('ada', '/repositories');
+  fake.refuseHooks = 422;
+  try {
+    const [res] = await Promise.all([
+      page.waitForResponse(
+        (r) => r.url().endsWith('/repositories') && r.request().method() === 'POST',
+      ),
+      page.locator('form[data-add="acme/hookless"] button[type=submit]').click(),
+    ]);
+    assert.equal(res.status(), 409);
+    await page.waitForLoadState();
+    assert.match(
+      await mainText(page),
+      /Gitea did not make the webhook \(Gitea answered HTTP 422 asking to create a webhook of acme\/hookless\): nothing was added/,
+    );
+  } finally {
+    fake.refuseHooks = null;
+  }
+  const gone = await stack.call('GET', '/v1/projects/hookless', { token: stack.adminToken });
+  assert.equal(gone.status, 404);
+  assert.equal(fake.hooks.size, 1, "only tea's hook");
 });
 
 test('each settings form changes what it says, and every change is audited with who did it', async () => {
