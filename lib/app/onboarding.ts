@@ -26,7 +26,7 @@ import { log } from '../log.ts';
 import type { Person } from '../people/sessions.ts';
 import { FORGES, VISIBILITIES } from '../states.ts';
 import { auditInstallation } from './audit.ts';
-import { signInForgeUrl } from './people.ts';
+import { onboardingToken, signInForgeUrl } from './people.ts';
 import {
   createProject,
   deleteProject,
@@ -62,10 +62,10 @@ async function sourceFor(
   kind: ForgeKind,
 ): Promise<{ api: string; forgeUrl: string | null; token: string } | { missing: string }> {
   const forge = forgeOf(kind);
-  const token = (ctx.config as unknown as Record<string, string | undefined>)[tokenSetting(kind)];
+  const token = await onboardingToken(ctx, kind);
   if (!token) {
     return {
-      missing: `No ${forge.title} token is configured (${tokenSetting(kind)}), so Conductor cannot list ${forge.title} repositories: ask an admin.`,
+      missing: `No ${forge.title} token is configured (${tokenSetting(kind)}, or ${kind}_token in the app secret), so Conductor cannot list ${forge.title} repositories: ask an admin.`,
     };
   }
   const forgeUrl = await signInForgeUrl(ctx, kind);

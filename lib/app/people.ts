@@ -200,7 +200,9 @@ async function fromStore(ctx: AppContext): Promise<Record<string, string>> {
     throw err;
   });
   const all = await appSecret;
-  const known = new Set(FORGES.flatMap((f) => Object.values(forgeOf(f).oauth.store)));
+  const known = new Set(
+    FORGES.flatMap((f) => [...Object.values(forgeOf(f).oauth.store), tokenField(f)]),
+  );
   return Object.fromEntries(
     Object.entries(all).filter(
       (e): e is [string, string] => known.has(e[0]) && typeof e[1] === 'string' && e[1] !== '',
@@ -241,6 +243,21 @@ export async function signInForgeUrl(ctx: AppContext, kind: ForgeKind): Promise<
   const forge = forgeOf(kind);
   if (!hostedAnywhere(forge)) return null;
   return (await settings(ctx, forge)).url?.replace(/\/+$/, '') ?? null;
+}
+
+/** The app secret's field of a forge's token for adding projects (`gitea_token`). */
+const tokenField = (kind: ForgeKind) => `${kind}_token`;
+
+/**
+ * Conductor's own token for a forge, for adding projects from the page (lib/app/onboarding.ts):
+ * CONDUCTOR_<FORGE>_TOKEN, else, deployed, the app secret's `<forge>_token`; undefined when neither.
+ */
+export async function onboardingToken(
+  ctx: AppContext,
+  kind: ForgeKind,
+): Promise<string | undefined> {
+  const env = ctx.config as unknown as Record<string, string | undefined>;
+  return env[`CONDUCTOR_${kind.toUpperCase()}_TOKEN`] ?? (await fromStore(ctx))[tokenField(kind)];
 }
 
 /** The forges one may sign in with: those whose client id and secret are set (and their URL). */
