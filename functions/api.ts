@@ -30,6 +30,7 @@ import {
   startManualJob,
   TriggerSchema,
 } from '../lib/app/jobs.ts';
+import { removeProject } from '../lib/app/onboarding.ts';
 import {
   ADMIN_BEARER,
   openSessions,
@@ -47,7 +48,6 @@ import {
 } from '../lib/app/pools.ts';
 import {
   createProject,
-  deleteProject,
   deleteSecret,
   getProject,
   listProjects,
@@ -74,6 +74,7 @@ import {
   ScheduleCreateSchema,
   ScheduleUpdateSchema,
 } from '../lib/app/schedules.ts';
+import { projectAdmin } from '../lib/app/settings.ts';
 import { UnblockSchema, unblockJobTask } from '../lib/app/unblock.ts';
 import {
   getJobWithPage,
@@ -104,6 +105,8 @@ import {
 import { matchRoute } from '../lib/http/routes.ts';
 import { siteOrigin } from '../lib/pages/access.ts';
 import { idlePage, type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
+import { ONBOARD_ROUTES } from '../lib/pages/onboard.ts';
+import { SETTINGS_ROUTES } from '../lib/pages/settings.ts';
 
 const JobListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20),
@@ -158,9 +161,13 @@ const routes: Record<string, Route> = {
       ),
     },
   }),
-  'DELETE /v1/projects/{id}': async (event, ctx, by) => {
-    await deleteProject(ctx.pool, pathParam(event, 'id'), by);
-    return { status: 204 };
+  'DELETE /v1/projects/{id}': async (event, ctx, by = ADMIN_BEARER) => {
+    // The webhook Conductor made for it goes too (a project added from the page).
+    const { hook } = await removeProject(ctx, pathParam(event, 'id'), by);
+    return {
+      status: 204,
+      ...(typeof hook === 'object' ? { headers: { 'x-conductor-warning': hook.left } } : {}),
+    };
   },
   'POST /v1/projects/{id}/webhook-secret': async (event, ctx, by) => {
     const id = pathParam(event, 'id');
@@ -489,6 +496,10 @@ async function main(event: HttpEvent): Promise<Reply> {
   const pageRoute = PAGE_ROUTES[key];
   if (pageRoute) {
     return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);
+  }
+  const adminPage = SETTINGS_ROUTES[key] ?? ONBOARD_ROUTES[key];
+  if (adminPage) {
+    return (await idlePage(event, ctx)) ?? adminPage(event, ctx, projectAdmin, peopleGate);
   }
   const runnerRoute = runnerRoutes[key];
   if (runnerRoute) return runnerRoute(event, ctx);

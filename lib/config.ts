@@ -70,6 +70,14 @@ export const ConfigSchema = z.object({
   CONDUCTOR_GITLAB_CLIENT_ID: z.string().min(1).optional(),
   /** Locally; deployed, `gitlab_client_secret` in the app secret. */
   CONDUCTOR_GITLAB_CLIENT_SECRET: z.string().min(1).optional(),
+  /**
+   * Adding a project from the page (docs/pages.md, "Adding a project"): a token of each forge
+   * that lists the repositories it administers, makes their webhooks, and becomes the new
+   * project's forge token. Unset: that forge's repositories are not offered.
+   */
+  CONDUCTOR_GITHUB_TOKEN: z.string().min(1).max(10_000).optional(),
+  CONDUCTOR_GITEA_TOKEN: z.string().min(1).max(10_000).optional(),
+  CONDUCTOR_GITLAB_TOKEN: z.string().min(1).max(10_000).optional(),
   /** How long a sign-in or a permission question waits for the forge before "try again". */
   CONDUCTOR_SIGNIN_TIMEOUT_MS: positiveInt(60_000).default(5_000),
   CONDUCTOR_LEASE_S: positiveInt(3600).default(45),

@@ -200,7 +200,9 @@ async function fromStore(ctx: AppContext): Promise<Record<string, string>> {
     throw err;
   });
   const all = await appSecret;
-  const known = new Set(FORGES.flatMap((f) => Object.values(forgeOf(f).oauth.store)));
+  const known = new Set(
+    FORGES.flatMap((f) => [...Object.values(forgeOf(f).oauth.store), tokenField(f)]),
+  );
   return Object.fromEntries(
     Object.entries(all).filter(
       (e): e is [string, string] => known.has(e[0]) && typeof e[1] === 'string' && e[1] !== '',
@@ -230,6 +232,32 @@ async function settings(ctx: AppContext, forge: Forge): Promise<SignInSettings> 
     clientId: env[names.clientId] ?? s[store.clientId],
     clientSecret: env[names.clientSecret] ?? s[store.clientSecret],
   };
+}
+
+/**
+ * Where the projects of a forge live for the people who sign in with it: the sign-in's
+ * instance (Gitea's CONDUCTOR_GITEA_URL, GitLab's CONDUCTOR_GITLAB_URL or gitlab.com), without a
+ * trailing slash; null for GitHub, whose API is CONDUCTOR_GITHUB_API_URL.
+ */
+export async function signInForgeUrl(ctx: AppContext, kind: ForgeKind): Promise<string | null> {
+  const forge = forgeOf(kind);
+  if (!hostedAnywhere(forge)) return null;
+  return (await settings(ctx, forge)).url?.replace(/\/+$/, '') ?? null;
+}
+
+/** The app secret's field of a forge's token for adding projects (`gitea_token`). */
+const tokenField = (kind: ForgeKind) => `${kind}_token`;
+
+/**
+ * Conductor's own token for a forge, for adding projects from the page (lib/app/onboarding.ts):
+ * CONDUCTOR_<FORGE>_TOKEN, else, deployed, the app secret's `<forge>_token`; undefined when neither.
+ */
+export async function onboardingToken(
+  ctx: AppContext,
+  kind: ForgeKind,
+): Promise<string | undefined> {
+  const env = ctx.config as unknown as Record<string, string | undefined>;
+  return env[`CONDUCTOR_${kind.toUpperCase()}_TOKEN`] ?? (await fromStore(ctx))[tokenField(kind)];
 }
 
 /** The forges one may sign in with: those whose client id and secret are set (and their URL). */

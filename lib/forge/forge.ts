@@ -199,6 +199,25 @@ export interface Forge {
     id(body: unknown): unknown;
     delete(api: string, repo: string, id: string): ForgeRequest;
   };
+
+  /** The repositories a token can see, to add one as a project from the page (lib/forge/repos.ts). */
+  readonly repos: {
+    /** One page (from 1) of the token's repositories, at most `perPage`. */
+    list(api: string, page: number, perPage: number): ForgeRequest;
+    /** One repository of that list (or of `branch.repository`'s answer); null when unreadable. */
+    read(body: unknown): RepoListing | null;
+  };
+}
+
+/** A repository as the forge lists it for the token that asked. */
+export interface RepoListing {
+  /** The project's `repo`: `owner/name` (GitLab: `group/sub/name`). */
+  repo: string;
+  /** What runners clone (https). */
+  cloneUrl: string;
+  private: boolean;
+  /** Whether the token may manage the repository's webhooks (an administrator of it). */
+  admin: boolean;
 }
 
 /** Each path segment percent-encoded, the slashes kept: `owner/name` in a URL. */
@@ -219,6 +238,23 @@ export const repoStatusRequest: Forge['status'] = (api, repo, sha, s) => ({
     ...(s.targetUrl ? { target_url: s.targetUrl } : {}),
   },
 });
+
+/** A repository as GitHub's API answers it, which Gitea's mirrors (`full_name`, `clone_url`, `permissions.admin`). */
+export const readRepoListing: Forge['repos']['read'] = (body) => {
+  const r = body as {
+    full_name?: unknown;
+    clone_url?: unknown;
+    private?: unknown;
+    permissions?: { admin?: unknown } | null;
+  } | null;
+  if (!r || typeof r.full_name !== 'string' || typeof r.clone_url !== 'string') return null;
+  return {
+    repo: r.full_name,
+    cloneUrl: r.clone_url,
+    private: r.private === true,
+    admin: r.permissions?.admin === true,
+  };
+};
 
 // GitHub refuses API requests without a User-Agent.
 export const USER_AGENT = 'conductor-ci';

@@ -90,6 +90,18 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/jobs/{id}/rerun', fn: 'api' },
   { method: 'POST', path: '/jobs/{id}/approve', fn: 'api' },
   { method: 'POST', path: '/jobs/{id}/tasks/{name}/unblock', fn: 'api' },
+  // Adding a project, and a project's settings (lib/pages/onboard.ts, settings.ts).
+  { method: 'GET', path: '/repositories', fn: 'api' },
+  { method: 'POST', path: '/repositories', fn: 'api' },
+  { method: 'GET', path: '/projects/{id}/settings', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/secrets', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/secrets/{name}/delete', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/schedules', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/schedules/{name}', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/schedules/{name}/delete', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/workers/{worker}/revoke', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/delete', fn: 'api' },
 ];
 
 /** The API Gateway route key of a route, e.g. `POST /v1/projects/{id}`. */

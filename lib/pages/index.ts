@@ -90,13 +90,13 @@ const HEADERS = {
   'referrer-policy': 'same-origin',
 };
 
-const htmlReply = (status: number, text: string, extra: Partial<Reply> = {}): Reply => ({
+export const htmlReply = (status: number, text: string, extra: Partial<Reply> = {}): Reply => ({
   status,
   html: text,
   ...extra,
   headers: { ...HEADERS, ...extra.headers },
 });
-const redirect = (location: string, cookies?: string[]): Reply => ({
+export const redirect = (location: string, cookies?: string[]): Reply => ({
   status: location.startsWith('/login') ? 302 : 303,
   headers: { location, 'cache-control': 'no-store' },
   ...(cookies ? { cookies } : {}),
@@ -150,11 +150,11 @@ export function refused(
   });
 }
 
-function viewerOf(ctx: AppContext, session: Session | null): Viewer {
+export function viewerOf(ctx: AppContext, session: Session | null): Viewer {
   return session ? { signedIn: true, csrf: csrfToken(ctx.keyring, session) } : { signedIn: false };
 }
 
-function form(event: HttpEvent): URLSearchParams {
+export function form(event: HttpEvent): URLSearchParams {
   return new URLSearchParams(rawBody(event).toString('utf8'));
 }
 
@@ -213,7 +213,7 @@ function callbackUrl(event: HttpEvent, ctx: AppContext, forge: string): string {
 }
 
 /** This site's origin (lib/pages/access.ts, siteOrigin). */
-function origin(event: HttpEvent, ctx: AppContext): string {
+export function origin(event: HttpEvent, ctx: AppContext): string {
   return siteOrigin(
     ctx.config.CONDUCTOR_PUBLIC_URL,
     header(event, 'host') ?? event.requestContext?.domainName,
@@ -230,7 +230,8 @@ function here(event: HttpEvent): string {
   return event.rawQueryString ? `${event.rawPath}?${event.rawQueryString}` : event.rawPath;
 }
 
-const toLogin = (event: HttpEvent) => redirect(`/login?next=${encodeURIComponent(here(event))}`);
+export const toLogin = (event: HttpEvent) =>
+  redirect(`/login?next=${encodeURIComponent(here(event))}`);
 
 /**
  * Who may read the job of the path: a session; a valid signed link (its
@@ -395,7 +396,7 @@ const adminTokenIs = (given: string, adminToken: string) =>
   );
 
 /** A form whose CSRF token does not hold: stale, or not sent from this site. */
-function staleForm(viewer: Viewer): Reply {
+export function staleForm(viewer: Viewer): Reply {
   return htmlReply(
     403,
     renderError(
@@ -485,6 +486,9 @@ async function projectExtras(
 ): Promise<Html | string> {
   const parts: Array<Html | string> = [];
   if (who && (await mayRun(ctx, people, who.person, id)).allowed) {
+    parts.push(
+      html`<p><a href="/projects/${encodeURIComponent(id)}/settings" data-settings-link>Settings</a></p>`,
+    );
     parts.push(await renderRunForm(ctx.pool, id, csrfToken(ctx.keyring, who.session)));
   }
   parts.push(await renderSchedules(ctx.pool, id));
@@ -546,7 +550,13 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     // A person signed in with a forge sees the projects that forge lets them read.
     const readable =
       who?.person.kind === 'forge' ? await readableProjects(ctx, people, who.person) : undefined;
-    const home = await renderHome(ctx.pool, { ...viewer, only: readable?.ids });
+    let home = await renderHome(ctx.pool, { ...viewer, only: readable?.ids });
+    // Signed in: the way to add a repository (lib/pages/onboard.ts).
+    if (who)
+      home = home.replace(
+        '<h1>Projects</h1>',
+        '<h1>Projects</h1><p><a class="button" href="/repositories" data-add-project>Add a project</a></p>',
+      );
     if (!readable?.unanswered || who?.person.kind !== 'forge') return htmlReply(200, home);
     const notice = html`<p class="notice">${forgeName(who.person.forge)} did not answer; some projects may be missing. Reload in a moment.</p>`;
     return htmlReply(200, home.replace('<h1>Projects</h1>', `<h1>Projects</h1>${notice}`));

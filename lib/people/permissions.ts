@@ -22,6 +22,7 @@ export const ACTIONS = [
   'secrets',
   'schedules',
   'workers',
+  'see_settings',
 ] as const;
 export type Action = (typeof ACTIONS)[number];
 
@@ -37,6 +38,8 @@ export const ACTION_NEEDS: Readonly<Record<Action, Exclude<RepoPermission, 'none
   secrets: 'admin',
   schedules: 'admin',
   workers: 'admin',
+  // The settings page without its forms: secrets' names, schedules, policies, workers.
+  see_settings: 'write',
 };
 
 const RANK: Readonly<Record<RepoPermission, number>> = { none: 0, read: 1, write: 2, admin: 3 };
@@ -58,6 +61,7 @@ export const ACTION_WORDS: Readonly<Record<Action, string>> = {
   secrets: "changing the project's secrets",
   schedules: "changing the project's schedules",
   workers: "changing the workers' scope",
+  see_settings: "seeing the project's settings",
 };
 
 export interface CacheKey {

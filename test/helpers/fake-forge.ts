@@ -12,6 +12,12 @@
 //           GET  /api/v1/repos/{owner}/{repo}/collaborators/{login}/permission
 //           POST /api/v1/repos/{owner}/{repo}/statuses/{sha}       (statuses)
 //
+// For adding projects from the page (issue #53), GitHub's and Gitea's repository admin API
+// (Gitea's under /api/v1), each checking the token given to `repositoryToken`:
+//   GET /user/repos (GitHub's per_page, Gitea's limit; page), GET /repos/{owner}/{repo},
+//   POST /repos/{owner}/{repo}/hooks (checks the hook's type, URL, content type, events and
+//   secret as the forge requires them), DELETE /repos/{owner}/{repo}/hooks/{id}.
+//
 // A commit it was not given a file for answers 404 with the forge's own error body, and so
 // does a login it was not given a permission for. A status post is answered 201 with the
 // created status, as both forges do; 422 for a body the forge would refuse (a state it does
@@ -64,7 +70,28 @@ export interface FakeForge {
   up(): void;
   /** The requests that asked for anything at this commit (`ref=<sha>`). */
   requestsFor(sha: string): ForgeRequest[];
+  /** The token the repository admin API takes (`token X` or `Bearer X`); anything else is a 401. */
+  repositoryToken: string;
+  /** A repository the token sees; `admin`: whether the token administers it (may make hooks). */
+  addRepository(repo: string, opts?: { private?: boolean; admin?: boolean }): void;
+  /** The webhooks made through the API, by id. */
+  hooks: Map<number, FakeHook>;
+  /** Set: making a hook answers this status (Gitea's 422 for a hook it will not make). */
+  refuseHooks: number | null;
   close(): Promise<void>;
+}
+
+/** A webhook made at the fake, as the forge keeps it. */
+export interface FakeHook {
+  id: number;
+  api: 'github' | 'gitea';
+  repo: string;
+  url: string;
+  contentType: string;
+  secret: string;
+  events: string[];
+  /** The Authorization header it was made with. */
+  authorization: string | undefined;
 }
 
 export interface StatusPost {
@@ -331,8 +358,138 @@ export async function startFakeForge(
     });
   }
 
+  // The repository admin API (issue #53).
+  const repositories = new Map<string, { repo: string; private: boolean; admin: boolean }>();
+  const hooks = new Map<number, FakeHook>();
+  let nextHook = 1;
+  const USER_REPOS = /^(\/api\/v1)?\/user\/repos$/;
+  const REPO = /^(\/api\/v1)?\/repos\/([^/]+)\/([^/]+)$/;
+  const HOOKS = /^(\/api\/v1)?\/repos\/([^/]+)\/([^/]+)\/hooks(?:\/([^/]+))?$/;
+  const repoJson = (r: { repo: string; private: boolean; admin: boolean }) => ({
+    full_name: r.repo,
+    name: r.repo.split('/')[1],
+    clone_url: `${fake.url}/${r.repo}.git`,
+    private: r.private,
+    permissions: { admin: r.admin, push: true, pull: true },
+  });
+
+  async function serveRepositories(
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+  ): Promise<boolean> {
+    const list = USER_REPOS.exec(url.pathname);
+    const one = REPO.exec(url.pathname);
+    const hook = HOOKS.exec(url.pathname);
+    if (!list && !one && !hook) return false;
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const auth = String(req.headers.authorization ?? '').replace(/^(token|Bearer) /, '');
+    if (auth !== fake.repositoryToken) {
+      json(res, 401, { message: 'Bad credentials' });
+      return true;
+    }
+    if (list && req.method === 'GET') {
+      const gitea = list[1] !== undefined;
+      const per = Number(url.searchParams.get(gitea ? 'limit' : 'per_page') ?? 30);
+      const pageNo = Number(url.searchParams.get('page') ?? 1);
+      const all = [...repositories.values()].sort((a, b) => a.repo.localeCompare(b.repo));
+      json(res, 200, all.slice((pageNo - 1) * per, pageNo * per).map(repoJson));
+      return true;
+    }
+    if (one && req.method === 'GET') {
+      const r = repositories.get(`${decode(one[2]!)}/${decode(one[3]!)}`.toLowerCase());
+      if (r) json(res, 200, repoJson(r));
+      else json(res, 404, { message: 'Not Found' });
+      return true;
+    }
+    const repo = hook
+      ? repositories.get(`${decode(hook[2]!)}/${decode(hook[3]!)}`.toLowerCase())
+      : undefined;
+    if (!hook || !repo) {
+      json(res, 404, { message: 'Not Found' });
+      return true;
+    }
+    if (!repo.admin) {
+      json(res, 403, { message: 'Must have admin rights to Repository.' });
+      return true;
+    }
+    const api = hook[1] !== undefined ? 'gitea' : 'github';
+    if (req.method === 'POST' && hook[4] === undefined && fake.refuseHooks !== null) {
+      json(res, fake.refuseHooks, { message: 'webhook limit reached' });
+      return true;
+    }
+    if (req.method === 'POST' && hook[4] === undefined) {
+      // biome-ignore lint/suspicious/noExplicitAny: the hook's body, checked field by field
+      let body: any = null;
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        body = null;
+      }
+      const config = body?.config ?? {};
+      const events: unknown = body?.events;
+      const typeOk = api === 'gitea' ? body?.type === 'gitea' : body?.name === 'web';
+      if (
+        !typeOk ||
+        typeof config.url !== 'string' ||
+        !/^https?:\/\//.test(config.url) ||
+        config.content_type !== 'json' ||
+        typeof config.secret !== 'string' ||
+        config.secret.length < 16 ||
+        !Array.isArray(events) ||
+        !events.includes('push') ||
+        !events.includes('pull_request')
+      ) {
+        json(res, 422, { message: 'Validation Failed' });
+        return true;
+      }
+      const made: FakeHook = {
+        id: nextHook++,
+        api,
+        repo: repo.repo,
+        url: config.url,
+        contentType: config.content_type,
+        secret: config.secret,
+        events: events as string[],
+        authorization: req.headers.authorization,
+      };
+      hooks.set(made.id, made);
+      json(res, 201, {
+        id: made.id,
+        type: body.type ?? 'web',
+        active: true,
+        config: { url: made.url },
+      });
+      return true;
+    }
+    if (req.method === 'DELETE' && hook[4] !== undefined) {
+      const id = Number(hook[4]);
+      const found = hooks.get(id);
+      if (!found || found.repo !== repo.repo) {
+        json(res, 404, { message: 'Not Found' });
+        return true;
+      }
+      hooks.delete(id);
+      res.writeHead(204);
+      res.end();
+      return true;
+    }
+    json(res, 405, { message: 'Method Not Allowed' });
+    return true;
+  }
+
   const server: Server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://fake-forge');
+    // Only once a test gave the repository API a token: other tests' reads of these paths
+    // answer as they always did.
+    if (
+      fake.repositoryToken &&
+      (USER_REPOS.test(url.pathname) || REPO.test(url.pathname) || HOOKS.test(url.pathname))
+    ) {
+      serveRepositories(req, res, url).catch(() => res.socket?.destroy());
+      return;
+    }
     if (opts.statuses) {
       const github = GITHUB_STATUS.exec(url.pathname);
       const gitea = GITEA_STATUS.exec(url.pathname);
@@ -385,6 +542,16 @@ export async function startFakeForge(
     requestsFor(sha) {
       return requests.filter((r) => r.query.ref?.toLowerCase() === sha.toLowerCase());
     },
+    repositoryToken: '',
+    addRepository(repo, o = {}) {
+      repositories.set(repo.toLowerCase(), {
+        repo,
+        private: o.private ?? true,
+        admin: o.admin ?? true,
+      });
+    },
+    hooks,
+    refuseHooks: null,
     close,
   };
   after(close);

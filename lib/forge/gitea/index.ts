@@ -2,7 +2,14 @@
 // as a Forge: its API under the project's forge_url + /api/v1, `token` auth, GitHub's webhook
 // payloads with a bare hex HMAC, and pull requests from the base repository that wait for Gitea
 // to confirm their people as writers (anyone who reads may open one with the AGit flow).
-import { basehead, type Forge, pathOf, repoStatusRequest, USER_AGENT } from '../forge.ts';
+import {
+  basehead,
+  type Forge,
+  pathOf,
+  readRepoListing,
+  repoStatusRequest,
+  USER_AGENT,
+} from '../forge.ts';
 import { collaboratorPermission, fileNames } from '../github/index.ts';
 import { hubDefaultBranch, hubRepository, parseHubWebhook } from '../github/webhook.ts';
 import { hmac, pastableUrl, readPushDiffOf, verifyHmac } from '../payload.ts';
@@ -127,5 +134,12 @@ export const gitea: Forge = {
       method: 'DELETE',
       url: `${api}/repos/${pathOf(repo)}/hooks/${encodeURIComponent(id)}`,
     }),
+  },
+  repos: {
+    list: (api, page, perPage) => ({
+      // Gitea pages with `limit`, not `per_page`.
+      url: `${api}/user/repos?limit=${perPage}&page=${page}`,
+    }),
+    read: readRepoListing,
   },
 };

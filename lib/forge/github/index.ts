@@ -1,7 +1,14 @@
 // GitHub (github.com, or GitHub Enterprise Server under its /api/v3) as a Forge: its REST API
 // under CONDUCTOR_GITHUB_API_URL, `Bearer` tokens, the X-GitHub-* webhook headers with an
 // `sha256=` HMAC. The GitHub App (installation tokens, check runs) will live beside this file.
-import { basehead, type Forge, pathOf, repoStatusRequest, USER_AGENT } from '../forge.ts';
+import {
+  basehead,
+  type Forge,
+  pathOf,
+  readRepoListing,
+  repoStatusRequest,
+  USER_AGENT,
+} from '../forge.ts';
 import { hmac, isPlainObject, pastableUrl, readPushDiffOf, verifyHmac } from '../payload.ts';
 import { hubDefaultBranch, hubRepository, parseHubWebhook } from './webhook.ts';
 
@@ -146,5 +153,11 @@ export const github: Forge = {
       method: 'DELETE',
       url: `${api}/repos/${pathOf(repo)}/hooks/${encodeURIComponent(id)}`,
     }),
+  },
+  repos: {
+    list: (api, page, perPage) => ({
+      url: `${api}/user/repos?per_page=${perPage}&page=${page}&sort=full_name`,
+    }),
+    read: readRepoListing,
   },
 };

@@ -211,4 +211,38 @@ export const gitlab: Forge = {
       url: `${project(api, repo)}/hooks/${encodeURIComponent(id)}`,
     }),
   },
+  repos: {
+    // Projects the token may administer (Maintainer and up: webhooks need it).
+    list: (api, page, perPage) => ({
+      url: `${api}/projects?min_access_level=40&per_page=${perPage}&page=${page}&order_by=path&sort=asc`,
+    }),
+    read: (body) => {
+      const p = body as {
+        path_with_namespace?: unknown;
+        http_url_to_repo?: unknown;
+        visibility?: unknown;
+        permissions?: {
+          project_access?: { access_level?: unknown } | null;
+          group_access?: { access_level?: unknown } | null;
+        } | null;
+      } | null;
+      if (
+        !p ||
+        typeof p.path_with_namespace !== 'string' ||
+        typeof p.http_url_to_repo !== 'string'
+      ) {
+        return null;
+      }
+      const level = Math.max(
+        Number(p.permissions?.project_access?.access_level ?? 0) || 0,
+        Number(p.permissions?.group_access?.access_level ?? 0) || 0,
+      );
+      return {
+        repo: p.path_with_namespace,
+        cloneUrl: p.http_url_to_repo,
+        private: p.visibility !== 'public',
+        admin: accessPermission(level) === 'admin',
+      };
+    },
+  },
 };

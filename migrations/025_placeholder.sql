@@ -1,0 +1,1 @@
+-- Placeholder for another engineer's migration 025 (dropped at merge).
