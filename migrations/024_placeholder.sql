@@ -1,1 +1,0 @@
--- Placeholder for another engineer's migration 024 (dropped at merge).

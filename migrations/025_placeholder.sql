@@ -1,1 +1,0 @@
--- Placeholder for another engineer's migration 025 (dropped at merge).
