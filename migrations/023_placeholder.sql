@@ -1,0 +1,1 @@
+-- placeholder for another engineer's migration 023 (drop at merge)
