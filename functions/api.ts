@@ -38,6 +38,12 @@ import {
   revokeSession,
 } from '../lib/app/people.ts';
 import {
+  createNotification,
+  deleteNotification,
+  listNotifications,
+  NotificationCreateSchema,
+} from '../lib/app/notifications.ts';
+import {
   createPool,
   deletePool,
   listPools,
@@ -187,6 +193,24 @@ const routes: Record<string, Route> = {
   },
   'DELETE /v1/projects/{id}/secrets/{name}': async (event, ctx, by) => {
     await deleteSecret(ctx.pool, pathParam(event, 'id'), pathParam(event, 'name'), by);
+    return { status: 204 };
+  },
+  'POST /v1/projects/{id}/notifications': async (event, ctx, by) => ({
+    status: 201,
+    body: await createNotification(
+      ctx.pool,
+      ctx.keyring,
+      pathParam(event, 'id'),
+      jsonBody(event, NotificationCreateSchema),
+      by,
+    ),
+  }),
+  'GET /v1/projects/{id}/notifications': async (event, ctx) => ({
+    status: 200,
+    body: { notifications: await listNotifications(ctx.pool, pathParam(event, 'id')) },
+  }),
+  'DELETE /v1/projects/{id}/notifications/{nid}': async (event, ctx, by) => {
+    await deleteNotification(ctx.pool, pathParam(event, 'id'), pathParam(event, 'nid'), by);
     return { status: 204 };
   },
   'GET /v1/projects/{id}/jobs': async (event, ctx) => {
