@@ -31,18 +31,18 @@ import {
   TriggerSchema,
 } from '../lib/app/jobs.ts';
 import {
+  createNotification,
+  deleteNotification,
+  listNotifications,
+  NotificationCreateSchema,
+} from '../lib/app/notifications.ts';
+import {
   ADMIN_BEARER,
   openSessions,
   type Person,
   peopleGate,
   revokeSession,
 } from '../lib/app/people.ts';
-import {
-  createNotification,
-  deleteNotification,
-  listNotifications,
-  NotificationCreateSchema,
-} from '../lib/app/notifications.ts';
 import {
   createPool,
   deletePool,

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { Pool, Queryable } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { refusedAddress } from '../forge/client.ts';
-import { MAX_BRANCH_PATTERNS, branchPatternProblem } from '../notify/branches.ts';
+import { branchPatternProblem, MAX_BRANCH_PATTERNS } from '../notify/branches.ts';
 import {
   countNotifications,
   deleteNotificationRow,

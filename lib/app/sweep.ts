@@ -7,10 +7,10 @@ import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { scheduleWork } from '../schedules/store.ts';
 import { purgeStorage } from './artifacts.ts';
 import { dispatchCompile } from './dispatch.ts';
+import { deliverNotifications, type NotifySummary, notifyOptions } from './notify.ts';
 import { wakeClaims } from './pickup.ts';
 import { type PoolsSummary, reconcilePools } from './pools.ts';
 import { type FireSummary, fireDueSchedules } from './schedules.ts';
-import { deliverNotifications, type NotifySummary, notifyOptions } from './notify.ts';
 import { type DeliverySummary, deliverStatuses, statusOptions } from './statuses.ts';
 
 /**

@@ -82,7 +82,12 @@ function slackEscape(text: string): string {
 
 /** A Slack incoming webhook's body: a text fallback and section blocks with the job's link. */
 export function slackBody(job: FinishedJob): string {
-  const icon = job.state === 'success' ? ':white_check_mark:' : job.state === 'failed' ? ':x:' : ':no_entry_sign:';
+  const icon =
+    job.state === 'success'
+      ? ':white_check_mark:'
+      : job.state === 'failed'
+        ? ':x:'
+        : ':no_entry_sign:';
   const title = `${icon} <${job.url}|${slackEscape(headline(job))}>`;
   const rest = details(job).map(slackEscape);
   return JSON.stringify({

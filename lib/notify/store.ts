@@ -3,7 +3,7 @@
 // finishes. Claimed and finished here by the deliverer (lib/app/notify.ts).
 import type { Pool, Queryable } from '../db/index.ts';
 import { transaction } from '../db/index.ts';
-import type { NotificationEvent, NotificationKind } from '../states.ts';
+import type { NotificationEvent, NotificationKind, NotificationResult } from '../states.ts';
 
 /** A notification as stored (the URL and the signing secret sealed). */
 export interface NotificationRow {
@@ -158,9 +158,7 @@ export async function failedTaskNames(db: Queryable, jobId: string): Promise<str
 export async function finishNotification(
   db: Queryable,
   id: number,
-  outcome:
-    | { result: 'delivered' | 'skipped' | 'gave_up'; error?: string }
-    | { retryInS: number; error: string },
+  outcome: { result: NotificationResult; error?: string } | { retryInS: number; error: string },
 ): Promise<void> {
   if ('result' in outcome) {
     await db.query(
