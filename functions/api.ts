@@ -79,6 +79,7 @@ import {
   listProjectJobs,
   MAX_LOG_PAGE_BYTES,
   readTaskLog,
+  stampedLog,
 } from '../lib/app/views.ts';
 import {
   createWorker,
@@ -112,6 +113,7 @@ const LogQuery = z.object({
   attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
   offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
   limit: z.coerce.number().int().min(1).max(MAX_LOG_PAGE_BYTES).default(MAX_LOG_PAGE_BYTES),
+  timestamps: z.enum(['0', '1'], { message: 'must be 0 or 1' }).optional(),
 });
 
 const AuditQuery = z.object({
@@ -261,11 +263,15 @@ const routes: Record<string, Route> = {
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {
-    const { attempt, offset, limit } = queryParams(event, LogQuery);
-    const log = await readTaskLog(ctx.pool, idParam(event, 'id', 'task'), attempt, offset, limit);
+    const { attempt, offset, limit, timestamps } = queryParams(event, LogQuery);
+    const taskId = idParam(event, 'id', 'task');
+    const log = await readTaskLog(ctx.pool, taskId, attempt, offset, limit);
     return {
       status: 200,
-      text: log.text,
+      text:
+        timestamps === '1'
+          ? await stampedLog(ctx.pool, log.copiedFrom ?? taskId, log, offset)
+          : log.text,
       headers: {
         'x-log-attempt': String(log.attempt),
         'x-log-size': String(log.size),
