@@ -7,6 +7,7 @@ import { registerArtifacts } from './artifacts.ts';
 import { CliError, type CliIo } from './context.ts';
 import { registerJobs } from './jobs.ts';
 import { registerMigrate } from './migrate.ts';
+import { registerNotifications } from './notifications.ts';
 import { registerPipeline } from './pipeline.ts';
 import { registerPools } from './pools.ts';
 import { registerProjects } from './projects.ts';
@@ -47,6 +48,7 @@ export function buildProgram(io: CliIo): Command {
     registerSecrets,
     registerJobs,
     registerSchedules,
+    registerNotifications,
     registerArtifacts,
     registerPipeline,
     registerServer,

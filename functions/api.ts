@@ -32,6 +32,12 @@ import {
 } from '../lib/app/jobs.ts';
 import { removeProject } from '../lib/app/onboarding.ts';
 import {
+  createNotification,
+  deleteNotification,
+  listNotifications,
+  NotificationCreateSchema,
+} from '../lib/app/notifications.ts';
+import {
   ADMIN_BEARER,
   openSessions,
   type Person,
@@ -81,6 +87,7 @@ import {
   listProjectJobs,
   MAX_LOG_PAGE_BYTES,
   readTaskLog,
+  stampedLog,
 } from '../lib/app/views.ts';
 import {
   createWorker,
@@ -116,6 +123,7 @@ const LogQuery = z.object({
   attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
   offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
   limit: z.coerce.number().int().min(1).max(MAX_LOG_PAGE_BYTES).default(MAX_LOG_PAGE_BYTES),
+  timestamps: z.enum(['0', '1'], { message: 'must be 0 or 1' }).optional(),
 });
 
 const AuditQuery = z.object({
@@ -203,6 +211,24 @@ const routes: Record<string, Route> = {
     await deleteSecret(ctx.pool, pathParam(event, 'id'), pathParam(event, 'name'), by);
     return { status: 204 };
   },
+  'POST /v1/projects/{id}/notifications': async (event, ctx, by) => ({
+    status: 201,
+    body: await createNotification(
+      ctx.pool,
+      ctx.keyring,
+      pathParam(event, 'id'),
+      jsonBody(event, NotificationCreateSchema),
+      by,
+    ),
+  }),
+  'GET /v1/projects/{id}/notifications': async (event, ctx) => ({
+    status: 200,
+    body: { notifications: await listNotifications(ctx.pool, pathParam(event, 'id')) },
+  }),
+  'DELETE /v1/projects/{id}/notifications/{nid}': async (event, ctx, by) => {
+    await deleteNotification(ctx.pool, pathParam(event, 'id'), pathParam(event, 'nid'), by);
+    return { status: 204 };
+  },
   'GET /v1/projects/{id}/jobs': async (event, ctx) => {
     const projectId = pathParam(event, 'id');
     const { limit, before } = queryParams(event, JobListQuery);
@@ -251,11 +277,15 @@ const routes: Record<string, Route> = {
     return { status: 202, body: { job_id: job.id, number: job.number } };
   },
   'GET /v1/tasks/{id}/log': async (event, ctx) => {
-    const { attempt, offset, limit } = queryParams(event, LogQuery);
-    const log = await readTaskLog(ctx.pool, idParam(event, 'id', 'task'), attempt, offset, limit);
+    const { attempt, offset, limit, timestamps } = queryParams(event, LogQuery);
+    const taskId = idParam(event, 'id', 'task');
+    const log = await readTaskLog(ctx.pool, taskId, attempt, offset, limit);
     return {
       status: 200,
-      text: log.text,
+      text:
+        timestamps === '1'
+          ? await stampedLog(ctx.pool, log.copiedFrom ?? taskId, log, offset)
+          : log.text,
       headers: {
         'x-log-attempt': String(log.attempt),
         'x-log-size': String(log.size),

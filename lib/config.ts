@@ -160,6 +160,17 @@ export const ConfigSchema = z.object({
   CONDUCTOR_ARTIFACT_PROJECT_MAX_BYTES: positiveInt(2 ** 50).default(200 * 1024 ** 3),
   /** A project's cache quota: past it, entries unused for 7 days go first, then the least recently used. */
   CONDUCTOR_CACHE_QUOTA_BYTES: positiveInt(2 ** 50).default(10 * 1024 ** 3),
+  // Notifications (docs/api.md, "Notifications").
+  /** The SMTP server email notifications go through: smtp:// or smtps://user:pass@host:port. Unset: email notifications are given up. */
+  CONDUCTOR_SMTP_URL: z
+    .string()
+    .url()
+    .regex(/^smtps?:\/\//i, 'must be an smtp:// or smtps:// URL')
+    .optional(),
+  /** The From address of email notifications. */
+  CONDUCTOR_SMTP_FROM: z.string().email().default('conductor@localhost'),
+  /** A notification still undelivered this long after its job finished is given up. */
+  CONDUCTOR_NOTIFY_GIVE_UP_H: positiveInt(24 * 7).default(6),
   // Runner pools (docs/runner.md, "Runner pools").
   /** The ECS API's endpoint for the ecs provider (tests, private endpoints); unset: the region's. */
   CONDUCTOR_ECS_ENDPOINT: z.string().url().optional(),

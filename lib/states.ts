@@ -102,3 +102,15 @@ export type PoolProvider = (typeof POOL_PROVIDERS)[number];
  */
 export const LAUNCH_STATES = ['pending', 'started', 'ended'] as const;
 export type LaunchState = (typeof LAUNCH_STATES)[number];
+
+/** Where a notification goes (notifications.kind, migrations/024). */
+export const NOTIFICATION_KINDS = ['webhook', 'slack', 'email'] as const;
+export type NotificationKind = (typeof NOTIFICATION_KINDS)[number];
+
+/** When a notification is sent (notifications.on_events): a failed job, the first success after a failure on its ref, every finished job. */
+export const NOTIFICATION_EVENTS = ['failed', 'fixed', 'always'] as const;
+export type NotificationEvent = (typeof NOTIFICATION_EVENTS)[number];
+
+/** How a notification's outbox row ended (notification_outbox.result; null while due). */
+export const NOTIFICATION_RESULTS = ['delivered', 'skipped', 'gave_up'] as const;
+export type NotificationResult = (typeof NOTIFICATION_RESULTS)[number];

@@ -7,6 +7,7 @@ import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { scheduleWork } from '../schedules/store.ts';
 import { purgeStorage } from './artifacts.ts';
 import { dispatchCompile } from './dispatch.ts';
+import { deliverNotifications, type NotifySummary, notifyOptions } from './notify.ts';
 import { wakeClaims } from './pickup.ts';
 import { type PoolsSummary, reconcilePools } from './pools.ts';
 import { type FireSummary, fireDueSchedules } from './schedules.ts';
@@ -74,6 +75,18 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     { statuses_delivered: 0, statuses_superseded: 0, statuses_failed: 0, statuses_given_up: 0 },
     () => deliverStatuses(ctx.pool, ctx.keyring, statusOptions(ctx)),
   );
+  // Notifications of finished jobs (lib/app/notify.ts), after the commit
+  // that wrote them, never in a completion.
+  const notified: NotifySummary = await step(
+    'notifications',
+    {
+      notifications_delivered: 0,
+      notifications_failed: 0,
+      notifications_skipped: 0,
+      notifications_given_up: 0,
+    },
+    () => deliverNotifications(ctx.pool, ctx.keyring, notifyOptions(ctx)),
+  );
   // Schedules due by now (lib/app/schedules.ts): one job per tick, whoever fires it.
   const fired: FireSummary = await step(
     'schedules',
@@ -95,12 +108,19 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     deferred,
     ...pools,
     ...statuses,
+    ...notified,
     ...fired,
     ...purged,
     ...stored,
     skipped,
   };
-  const { statuses_delivered: _d, skipped: _s, ...worth } = summary;
+  const {
+    statuses_delivered: _d,
+    notifications_delivered: _n,
+    notifications_skipped: _k,
+    skipped: _s,
+    ...worth
+  } = summary;
   if (skipped.length > 0 || deferred > 0) {
     log('warn', 'sweep left work for the next sweep', summary);
   } else if (Object.values(worth).some((n) => n > 0)) {

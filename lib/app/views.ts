@@ -9,6 +9,7 @@ import { getJobView, type JobView, listJobs, type TaskView } from '../scheduler/
 import type { Keyring } from '../secrets.ts';
 import { getProject } from './projects.ts';
 
+export { stampPage as stampedLog } from '../scheduler/log-times.ts';
 export { MAX_LOG_PAGE_BYTES } from '../scheduler/task-log.ts';
 export { getJobOnly, getJobView, type JobView, type TaskView } from '../scheduler/views.ts';
 

@@ -147,6 +147,20 @@ export async function callForge(call: ForgeCall): Promise<ForgeAnswer> {
   return answer;
 }
 
+/**
+ * Why a call to `url` would be refused for its address (the message callForge
+ * would raise), or null when it would not be, or when the name does not
+ * resolve now (a call later finds out). For settings checked when saved.
+ */
+export async function refusedAddress(url: string, timeoutMs = 5_000): Promise<string | null> {
+  try {
+    await checkedAddress(new URL(url), url, AbortSignal.timeout(timeoutMs));
+    return null;
+  } catch (err) {
+    return err instanceof ForgeRefusedError ? err.message : null;
+  }
+}
+
 /** What went wrong with a call on the network, in words: the cause, or the timeout. */
 export function transportErrorText(error: unknown, timeoutMs: number): string {
   const cause = error instanceof ForgeTransportError ? error.cause : error;

@@ -33,6 +33,10 @@ export const ROUTES: readonly Route[] = [
   { method: 'DELETE', path: '/v1/projects/{id}/secrets/{name}', fn: 'api' },
   { method: 'GET', path: '/v1/projects/{id}/jobs', fn: 'api' },
   { method: 'POST', path: '/v1/projects/{id}/jobs', fn: 'api' },
+  // Notifications (docs/api.md, "Notifications"): the admin's.
+  { method: 'POST', path: '/v1/projects/{id}/notifications', fn: 'api' },
+  { method: 'GET', path: '/v1/projects/{id}/notifications', fn: 'api' },
+  { method: 'DELETE', path: '/v1/projects/{id}/notifications/{nid}', fn: 'api' },
   { method: 'POST', path: '/v1/projects/{id}/schedules', fn: 'api' },
   { method: 'GET', path: '/v1/projects/{id}/schedules', fn: 'api' },
   { method: 'PATCH', path: '/v1/projects/{id}/schedules/{name}', fn: 'api' },

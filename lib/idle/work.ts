@@ -27,7 +27,8 @@ const CLAIMABLE_BY_A_LIVE_WORKER = `
  * The scheduler's work: a job compiling; a task running (its lease to
  * watch); a queued task some live worker may claim; a running job with
  * nothing queued or running (the sweep settles it or promotes its waiting
- * tasks); a status due for delivery. Waits: the next status retry and the
+ * tasks); a status or a notification due for delivery. Waits: the next
+ * status or notification retry and the
  * queue timeout of a task nobody may claim.
  */
 export const schedulerWork: WorkProbe = async (db) => {
@@ -42,9 +43,12 @@ export const schedulerWork: WorkProbe = async (db) => {
                      where j.state = 'running' and t.state = 'queued'
                        and ${CLAIMABLE_BY_A_LIVE_WORKER})
          or exists (select 1 from status_outbox
+                     where result is null and next_attempt_at <= now())
+         or exists (select 1 from notification_outbox
                      where result is null and next_attempt_at <= now()) as work,
             least(
               (select min(next_attempt_at) from status_outbox where result is null),
+              (select min(next_attempt_at) from notification_outbox where result is null),
               (select min(t.queued_at + make_interval(secs => t.queue_timeout_s))
                  from tasks t join jobs j on j.id = t.job_id
                 where j.state = 'running' and t.state = 'queued')) as wake_at`,

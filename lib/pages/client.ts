@@ -5,7 +5,9 @@
 // current, loads earlier log lines, and downloads a whole log page by page.
 // Everything it inserts was rendered and escaped by the server.
 
-/** The script's source; kept free of `${` so it can be a raw string. */
+import { LOG_SCRIPT } from './log-client.ts';
+
+/** The script's source; kept free of `${` (but for the log tools') so it can be a raw string. */
 export const CLIENT_SCRIPT = String.raw`(function () {
   'use strict';
   var cfg = JSON.parse(document.getElementById('page-data').textContent);
@@ -78,6 +80,7 @@ export const CLIENT_SCRIPT = String.raw`(function () {
     cfg.nextLine = piece.line + piece.lines - (piece.partial ? 1 : 0);
     var size = document.querySelector('[data-log-size]');
     if (size) size.textContent = piece.size ? piece.size + ' bytes' : '';
+    logEl.dispatchEvent(new CustomEvent('log:lines', { detail: { final: cfg.taskFinal } }));
   }
 
   var timer = null, busy = false;
@@ -107,12 +110,12 @@ export const CLIENT_SCRIPT = String.raw`(function () {
       d.tasks.forEach(updateTask);
       if (d.open && cfg.follow && cfg.attempt !== null && d.open.attempt > cfg.attempt) {
         // A new attempt began: the log shown starts over with it.
-        if (logEl) logEl.textContent = '';
+        if (logEl) { logEl.textContent = ''; logEl.dispatchEvent(new CustomEvent('log:lines', { detail: { reset: true } })); }
         cfg.attempt = d.open.attempt; cfg.end = 0; cfg.size = 0; cfg.partial = false; cfg.nextLine = 1;
       } else if (d.log) {
         if (cfg.attempt === null) { cfg.attempt = d.log.attempt; }
-        appendLog(d.log);
         cfg.taskFinal = d.log.task_final;
+        appendLog(d.log);
       } else if (d.open) {
         cfg.taskFinal = ['success', 'failed', 'skipped', 'cancelled'].indexOf(d.open.state) >= 0;
       }
@@ -127,19 +130,26 @@ export const CLIENT_SCRIPT = String.raw`(function () {
   }
 
   var earlier = document.querySelector('[data-earlier]');
-  if (earlier) earlier.addEventListener('click', async function () {
-    earlier.disabled = true;
+  // Loads the page before the lines shown; false when there is none (or it failed).
+  async function loadEarlier() {
+    if (!logEl || !cfg.task || !(cfg.from > 0)) return false;
+    if (earlier) earlier.disabled = true;
     try {
       var res = await fetch(url(cfg.log, { task: cfg.task, attempt: cfg.attempt, before: cfg.from }), { credentials: 'same-origin' });
-      if (!res.ok) return;
+      if (!res.ok) return false;
       var p = await res.json();
       logEl.insertBefore(fragment(p.html), logEl.firstChild);
       cfg.from = p.from;
-      earlier.hidden = p.from <= 0;
+      if (earlier) earlier.hidden = p.from <= 0;
+      logEl.dispatchEvent(new CustomEvent('log:lines', { detail: { prepended: true, final: cfg.taskFinal } }));
+      return true;
     } finally {
-      earlier.disabled = false;
+      if (earlier) earlier.disabled = false;
     }
-  });
+  }
+  // The log's tools (lib/pages/log-client.ts) load earlier pages to search them.
+  if (logEl) logEl.loadEarlier = loadEarlier;
+  if (earlier) earlier.addEventListener('click', loadEarlier);
 
   var download = document.querySelector('[data-download]');
   if (download) download.addEventListener('click', async function (ev) {
@@ -166,4 +176,4 @@ export const CLIENT_SCRIPT = String.raw`(function () {
 
   setInterval(times, 30000);
   if (!(cfg.final && logDone())) timer = setInterval(tick, POLL_MS);
-})();`;
+})();${LOG_SCRIPT}`;

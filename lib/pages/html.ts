@@ -131,6 +131,12 @@ pre.log{margin:0;padding:.5rem 0;background:#0d1117;color:#e6edf3;border-radius:
 pre.log .l{display:block;padding:0 .8rem 0 0;white-space:pre-wrap;overflow-wrap:anywhere}pre.log .l:target{background:#3b2e00}
 pre.log a.n{display:inline-block;min-width:4.5em;padding-right:1em;text-align:right;color:#6e7681;text-decoration:none;user-select:none}
 pre.log a.n::before{content:attr(data-n)}pre.log a.n:hover{color:#e6edf3}
+pre.log .ts{display:none;color:#6e7681;padding-right:1ch;user-select:none}pre.log.show-ts .ts{display:inline}pre.log .ts::before{content:attr(data-ts)}
+pre.log .l[hidden],pre.log .l[data-sec="end"]{display:none}
+pre.log .fold{background:none;border:0;color:#8b949e;cursor:pointer;padding:0 .4em 0 0;font:inherit}pre.log .fold::before{content:"\\25be"}pre.log .fold[aria-expanded=false]::before{content:"\\25b8"}
+pre.log .sec-head{font-weight:600}pre.log .dur{float:right;color:#8b949e;padding-left:1em;user-select:none}pre.log .dur::before{content:attr(data-dur)}
+pre.log mark.hit{background:#9e6a03;color:#fff}pre.log mark.hit.cur{background:#f2cc60;color:#000}
+.log-tool{display:inline-flex;gap:.3rem;align-items:center}.log-tool [data-search-count]{white-space:nowrap}
 .tabs{display:flex;gap:.3rem;flex-wrap:wrap}.tabs a[aria-current=true]{font-weight:700;text-decoration:none;color:var(--fg)}
 .pager{display:flex;gap:1rem;margin:.8rem 0}.card{border:1px solid var(--line);border-radius:8px;padding:.6rem .9rem;margin:.6rem 0}
 @media (max-width:640px){main{padding:.6rem}th.wide,td.wide{display:none}dl.facts{gap:.15rem .7rem}}

@@ -27,6 +27,7 @@ import {
   STATE_COOKIE,
   startSignIn,
 } from '../people/index.ts';
+import { stampPage } from '../scheduler/log-times.ts';
 import { readLog } from '../scheduler/task-log.ts';
 import { DOWNLOAD_URL_TTL_S, jobArtifacts, storeFor } from '../storage/index.ts';
 import {
@@ -383,6 +384,8 @@ const RawQuery = z.object({
   task: z.string().regex(UUID, 'must be a task id'),
   attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
   offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  /** `1`: each line starts with its time (lib/scheduler/log-times.ts). */
+  timestamps: z.enum(['0', '1'], { message: 'must be 0 or 1' }).optional(),
   sig: z.string().optional(),
 });
 const ProjectQuery = z.object({
@@ -638,7 +641,7 @@ export const PAGE_ROUTES: Record<string, PageRoute> = {
     const log = await readLog(ctx.pool, source, q.attempt, q.offset);
     return {
       status: 200,
-      text: log.text,
+      text: q.timestamps === '1' ? await stampPage(ctx.pool, source, log, q.offset) : log.text,
       headers: {
         'cache-control': 'no-store',
         'x-content-type-options': 'nosniff',

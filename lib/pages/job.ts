@@ -22,6 +22,7 @@ import {
 } from './html.ts';
 import { emptyLogNote, type LogPiece, logTail, logWindow } from './log.ts';
 import { graphBadges, jobTests, testsSection } from './tests.ts';
+import { logTools } from './log-client.ts';
 
 /** Who is looking: signed in (with the session's CSRF token), or through a signed link. */
 export interface Viewer {
@@ -233,7 +234,8 @@ function logPanel(
 <h2>Log: ${task.name}</h2>
 <div class="log-head">${attempts.length > 1 ? html`<nav class="tabs" aria-label="attempts">${tabs}</nav>` : attempts.length === 1 ? html`<span class="muted">attempt 1</span>` : ''}
 ${piece.attempt > 0 ? html`<a class="button" data-download href="${raw.replace(`/jobs/${jobId}`, `/jobs/${jobId}/raw`)}" download="${`${task.name}-attempt-${piece.attempt}.log`}">Download raw</a>` : ''}
-<span class="muted" data-log-size>${piece.size ? `${piece.size} bytes` : ''}</span></div>
+<span class="muted" data-log-size>${piece.size ? `${piece.size} bytes` : ''}</span>
+${piece.attempt > 0 ? logTools() : ''}</div>
 <button type="button" data-earlier${piece.from > 0 ? '' : new Html(' hidden')}>Load earlier lines</button>
 <pre class="log" data-log tabindex="0">${new Html(piece.html)}</pre>
 ${piece.lines === 0 ? html`<p class="muted" data-log-empty>${new Html(emptyLogNote(task.state))}</p>` : ''}

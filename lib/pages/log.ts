@@ -5,8 +5,10 @@
 import { AnsiUp } from 'ansi_up';
 import type { Queryable } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
+import { lineTimes } from '../scheduler/log-times.ts';
 import { countLogLines, MAX_LOG_PAGE_BYTES, readLog } from '../scheduler/task-log.ts';
 import { esc } from './html.ts';
+import { markOf } from './log-marks.ts';
 
 export interface LogPiece {
   attempt: number;
@@ -39,6 +41,7 @@ const OSC8 = /\x1b\]8;[^\x07\x1b\n]*(?:\x07|\x1b\\)/g;
 export function renderLines(
   text: string,
   first: number,
+  times: readonly number[] = [],
 ): { html: string; lines: number; partial: boolean } {
   if (text === '') return { html: '', lines: 0, partial: false };
   const ansi = new AnsiUp();
@@ -53,11 +56,26 @@ export function renderLines(
   for (let i = 0; i < parts.length; i++) {
     const n = first + i;
     const newline = i < parts.length - 1 || !partial ? '\n' : '';
+    // A partial last line may be a marker still being written: marked once whole.
+    const mark = i < parts.length - 1 || !partial ? markOf(parts[i]!) : undefined;
+    const at = times[i];
+    const time = at ? timeHtml(at) : '';
+    const body = mark?.text === undefined ? ansi.ansi_to_html(parts[i]!) : esc(mark.text);
     out.push(
-      `<span class="l" id="L${n}"><a class="n" href="#L${n}" data-n="${n}" aria-label="line ${n}"></a>${ansi.ansi_to_html(parts[i]!)}${newline}</span>`,
+      `<span class="l" id="L${n}"${at ? ` data-t="${at}"` : ''}${mark?.attrs ?? ''}><a class="n" href="#L${n}" data-n="${n}" aria-label="line ${n}"></a>${time}${body}${newline}</span>`,
     );
   }
   return { html: out.join(''), lines: parts.length, partial };
+}
+
+/**
+ * A line's time, shown when the page's Timestamps box is ticked (UTC, to the
+ * second; the title has the milliseconds). Drawn by CSS from data-ts, as the
+ * line's number is, so it is never part of the line's text (copied, searched).
+ */
+function timeHtml(at: number): string {
+  const iso = new Date(at).toISOString();
+  return `<span class="ts" data-ts="${iso.slice(11, 19)}" title="${iso}"></span>`;
 }
 
 const nothing = (attempt: number): LogPiece => ({
@@ -111,7 +129,7 @@ export async function logWindow(
     text = text.slice(dropped.length);
   }
   const line = 1 + (from > 0 ? await countLogLines(db, taskId, head.attempt, from) : 0);
-  const rendered = renderLines(text, line);
+  const rendered = renderLines(text, line, await lineTimes(db, taskId, head.attempt, from, text));
   return {
     attempt: head.attempt,
     size: head.size,
@@ -132,7 +150,11 @@ export async function logTail(
 ): Promise<LogPiece> {
   const page = await readLog(db, taskId, attempt, from).catch(noAttempt(attempt));
   if (page.size === 0) return nothing(page.attempt);
-  const rendered = renderLines(page.text, line);
+  const rendered = renderLines(
+    page.text,
+    line,
+    await lineTimes(db, taskId, page.attempt, from, page.text),
+  );
   return {
     attempt: page.attempt,
     size: page.size,

@@ -9,6 +9,9 @@ import {
   JOB_STATES,
   JOB_TRIGGERS,
   LAUNCH_STATES,
+  NOTIFICATION_EVENTS,
+  NOTIFICATION_KINDS,
+  NOTIFICATION_RESULTS,
   POOL_PROVIDERS,
   SCHEDULE_CATCH_UP,
   STATUS_RESULTS,
@@ -46,6 +49,10 @@ const pairs: [string, readonly string[]][] = [
   ['schedules_catch_up_check', SCHEDULE_CATCH_UP],
   ['pools_provider_check', POOL_PROVIDERS],
   ['runner_launches_state_check', LAUNCH_STATES],
+  ['notifications_kind_check', NOTIFICATION_KINDS],
+  ['notifications_on_check', NOTIFICATION_EVENTS],
+  ['notification_outbox_reason_check', NOTIFICATION_EVENTS],
+  ['notification_outbox_result_check', NOTIFICATION_RESULTS],
 ];
 
 for (const [constraint, values] of pairs) {

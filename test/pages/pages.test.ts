@@ -261,7 +261,8 @@ test('a log over 1 MiB: the API answers it page by page, the job page shows its 
   const shownFrom = data.firstLine as number;
   assert.ok(shownFrom > 1, 'the first lines are left for "load earlier"');
   const first = new RegExp(
-    `<span class="l" id="L${shownFrom}"><a class="n" href="#L${shownFrom}" data-n="${shownFrom}" aria-label="line ${shownFrom}"></a>line ${shownFrom} x`,
+    // data-t and the .ts span: the line's time, shown by the Timestamps box.
+    `<span class="l" id="L${shownFrom}" data-t="\\d+"><a class="n" href="#L${shownFrom}" data-n="${shownFrom}" aria-label="line ${shownFrom}"></a><span class="ts" data-ts="[0-9:]{8}" title="[^"]+"></span>line ${shownFrom} x`,
   );
   assert.match(pageHtml, first);
   assert.match(pageHtml, /id="L60000".*line 60000 x/);
