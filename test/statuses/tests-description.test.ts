@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { test } from 'node:test';
+import { purgeStorage } from '../../lib/app/artifacts.ts';
 import { claim, complete } from '../e2e/calls.ts';
 import type { TestStack } from '../helpers/stack.ts';
 import { projectOn, pushSettled, statusesSettled, statusStack } from './support.ts';
@@ -159,4 +160,36 @@ test('a test that failed in one attempt and passed in the next is flaky; the rou
       flaky: true,
     },
   ]);
+});
+
+test('a report whose upload never committed (a runner that died) is deleted by the sweep after a day', async () => {
+  const { p, commit } = await projectOn(
+    stack,
+    fake,
+    'github',
+    'tests-stale',
+    '  unit:\n    script: [make test]\n    reports:\n      junit: [out/*.xml]\n',
+  );
+  await pushSettled(stack, fake, p, commit);
+  const task = (await claim(stack, p.runner)).body.task as Claimed;
+  const begin = await stack.call('POST', `/v1/runner/tasks/${task.id}/reports`, {
+    token: p.runner,
+    body: { lease_id: task.lease_id, path: 'out/a.xml', size: 3, sha256: 'a'.repeat(64) },
+  });
+  assert.equal(begin.status, 200, begin.text);
+  const pending = () =>
+    stack.context.pool
+      .query('select 1 from test_reports where id = $1', [begin.body.report.id])
+      .then((r) => r.rowCount);
+  assert.equal(
+    (await purgeStorage(stack.context)).reports_purged,
+    0,
+    'an upload under way is kept',
+  );
+  await stack.context.pool.query(
+    `update test_reports set created_at = now() - interval '25 hours' where id = $1`,
+    [begin.body.report.id],
+  );
+  assert.equal((await purgeStorage(stack.context)).reports_purged, 1);
+  assert.equal(await pending(), 0);
 });
