@@ -10,6 +10,7 @@ import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { ConflictError, PayloadTooLargeError } from '../errors.ts';
 import { log } from '../log.ts';
+import { deleteStaleReports } from '../reports/rows.ts';
 import {
   type ArtifactRow,
   artifactTotals,
@@ -287,7 +288,7 @@ export async function artifactDownloadUrl(ctx: AppContext, artifactId: string): 
 export async function purgeStorage(
   ctx: AppContext,
   batch = 500,
-): Promise<{ artifacts_purged: number; caches_purged: number }> {
+): Promise<{ artifacts_purged: number; caches_purged: number; reports_purged: number }> {
   const artifacts = await transaction(
     ctx.pool,
     (tx) => deleteExpiredArtifacts(tx, batch, PENDING_UPLOAD_S),
@@ -298,7 +299,13 @@ export async function purgeStorage(
     (tx) => deleteStaleCaches(tx, batch, PENDING_UPLOAD_S, ctx.config.CONDUCTOR_RETENTION_LOG_DAYS),
     { isolation: 'read committed' },
   );
-  const keys = [...artifacts, ...caches];
+  // Test reports are deleted once read; one whose upload never committed (a runner that died) goes here.
+  const reports = await transaction(
+    ctx.pool,
+    (tx) => deleteStaleReports(tx, PENDING_UPLOAD_S, batch),
+    { isolation: 'read committed' },
+  );
+  const keys = [...artifacts, ...caches, ...reports];
   if (keys.length > 0) {
     try {
       await storeOf(ctx).delete(keys);
@@ -307,5 +314,9 @@ export async function purgeStorage(
       log('warn', 'retention could not delete stored objects', { count: keys.length, err });
     }
   }
-  return { artifacts_purged: artifacts.length, caches_purged: caches.length };
+  return {
+    artifacts_purged: artifacts.length,
+    caches_purged: caches.length,
+    reports_purged: reports.length,
+  };
 }

@@ -145,8 +145,9 @@ export async function commitReport(
     parsed = parseJUnit(bytes);
     note = parsed.note;
   } catch (err) {
-    if (!(err instanceof ReportError)) throw err;
-    note = `${row.path}: ${err.message}`;
+    // Whatever the parser threw, only this file's reading fails.
+    if (!(err instanceof ReportError)) log('warn', 'a test report could not be parsed', { err });
+    note = `${row.path}: ${err instanceof ReportError ? err.message : 'the report cannot be read'}`;
   }
   const answer = await transaction(ctx.pool, async (tx) => {
     if (!parsed) {

@@ -60,7 +60,7 @@ async function post(
   let description = row.description;
   if (row.state === 'success' || row.state === 'failure') {
     const tests = await testTotals({ pool }, row.job_id);
-    if (tests) description = shortDescription(`${describeTests(tests)}; ${description}`);
+    if (tests) description = shortDescription(`${describeTests(tests)}; tasks ${description}`);
   }
   await postStatus(
     {

@@ -100,8 +100,10 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     }),
   );
   // Expired artifacts and abandoned uploads (docs/artifacts.md).
-  const stored = await step('artifacts', { artifacts_purged: 0, caches_purged: 0 }, () =>
-    purgeStorage(ctx),
+  const stored = await step(
+    'artifacts',
+    { artifacts_purged: 0, caches_purged: 0, reports_purged: 0 },
+    () => purgeStorage(ctx),
   );
   const summary = {
     ...repairs,

@@ -97,3 +97,34 @@ test('through S3: build uploads a 12 MiB artifact in parts, deploy receives it, 
   assert.equal(res.status, 200);
   assert.equal(Number(res.headers.get('content-length')), artifacts[0].size);
 });
+
+test('through S3: a test report goes up, is read back by the control plane and deleted once read', async () => {
+  const report =
+    '<testsuite name="s3"><testcase classname="c" name="ok"/><testcase classname="c" name="bad"><failure message="no"/></testcase></testsuite>';
+  const f = await Fixture.create(
+    stack,
+    's3-reports',
+    `  unit:
+    script: ["true"]
+    reports:
+      junit: [out/junit.xml]
+`,
+    { 'out/junit.xml': report },
+  );
+  await f.runner();
+  const jobId = await f.trigger();
+  assert.equal((await f.finished(jobId, 60_000)).job.state, 'success');
+  const tests = await stack.call('GET', `/v1/jobs/${jobId}/tests`, admin);
+  assert.deepEqual(tests.body.totals, { passed: 1, failed: 1, errored: 0, skipped: 0, time_s: 0 });
+  assert.equal(tests.body.tasks[0].failures[0].name, 'bad');
+  const objects = await client.send(new ListObjectsV2Command({ Bucket: 'conductor-artifacts' }));
+  const keys = (objects.Contents ?? []).map((o) => o.Key ?? '');
+  assert.deepEqual(
+    keys.filter((k) => k.startsWith(`reports/${f.project}/`)),
+    [],
+    'the report was deleted once read',
+  );
+  // The store's read takes at most the bytes asked for, and answers null for no object.
+  const store = stack.context.storage as S3Store;
+  assert.equal(await store.read('reports/none/none/none', 10), null);
+});
