@@ -111,9 +111,12 @@ import {
 } from '../lib/http/index.ts';
 import { matchRoute } from '../lib/http/routes.ts';
 import { siteOrigin } from '../lib/pages/access.ts';
-import { idlePage, type JobAction, PAGE_ROUTES } from '../lib/pages/index.ts';
-import { ONBOARD_ROUTES } from '../lib/pages/onboard.ts';
-import { SETTINGS_ROUTES } from '../lib/pages/settings.ts';
+import type { JobAction } from '../lib/pages/index.ts';
+
+// The web pages (lib/pages: the HTML, the graph's layout, the log's colours)
+// are an `import()` at the first page request: an API call's cold start does
+// not load them (docs/architecture.md, "Bundles"). Every page is off /v1/.
+const pages = () => import('../lib/pages/index.ts');
 
 const JobListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(100).default(20),
@@ -523,13 +526,20 @@ async function main(event: HttpEvent): Promise<Reply> {
       headers: { 'cache-control': 'no-store' },
     };
   }
-  const pageRoute = PAGE_ROUTES[key];
-  if (pageRoute) {
-    return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);
-  }
-  const adminPage = SETTINGS_ROUTES[key] ?? ONBOARD_ROUTES[key];
-  if (adminPage) {
-    return (await idlePage(event, ctx)) ?? adminPage(event, ctx, projectAdmin, peopleGate);
+  if (!match.route.path.startsWith('/v1/')) {
+    const { idlePage, PAGE_ROUTES } = await pages();
+    const pageRoute = PAGE_ROUTES[key];
+    if (pageRoute) {
+      return (await idlePage(event, ctx)) ?? pageRoute(event, ctx, jobAction, peopleGate);
+    }
+    const [{ ONBOARD_ROUTES }, { SETTINGS_ROUTES }] = await Promise.all([
+      import('../lib/pages/onboard.ts'),
+      import('../lib/pages/settings.ts'),
+    ]);
+    const adminPage = SETTINGS_ROUTES[key] ?? ONBOARD_ROUTES[key];
+    if (adminPage) {
+      return (await idlePage(event, ctx)) ?? adminPage(event, ctx, projectAdmin, peopleGate);
+    }
   }
   const runnerRoute = runnerRoutes[key];
   if (runnerRoute) return runnerRoute(event, ctx);

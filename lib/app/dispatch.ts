@@ -2,23 +2,29 @@
 // (`Event`) invocation of the compile function when CONDUCTOR_COMPILE_FUNCTION
 // is set, else in this process after the caller has answered. Only the
 // functions that dispatch (webhook, api, sweep) import this module, so the
-// Lambda client and the compiler stay out of the others' bundles.
-import { InvokeCommand, LambdaClient, type LambdaClientConfig } from '@aws-sdk/client-lambda';
+// Lambda client and the compiler stay out of the others' bundles. Both are
+// `import()`s (docs/architecture.md, "Bundles"): the Lambda client (the
+// runtime's) loads at the first dispatch, the compiler only in the local
+// stack, so neither weighs on a function's cold start.
+import type { InvokeCommand, LambdaClient, LambdaClientConfig } from '@aws-sdk/client-lambda';
 import type { AppContext } from '../context.ts';
 import { openGate } from '../idle/gate.ts';
 import { log } from '../log.ts';
 import type { PipelineCompiler } from '../pipeline/index.ts';
-import { compileInWorker } from '../pipeline/worker.ts';
-import { runCompile } from './compile.ts';
 
 /** Dispatches compiles through the Lambda client as async (`Event`) invocations. */
 export function lambdaDispatcher(
   functionName: string,
   clientConfig: LambdaClientConfig = {},
 ): (jobId: string) => Promise<void> {
-  const client = new LambdaClient(clientConfig);
+  let client: Promise<{ client: LambdaClient; InvokeCommand: typeof InvokeCommand }> | undefined;
   return async (jobId) => {
-    await client.send(
+    client ??= import('@aws-sdk/client-lambda').then((sdk) => ({
+      client: new sdk.LambdaClient(clientConfig),
+      InvokeCommand: sdk.InvokeCommand,
+    }));
+    const { client: lambda, InvokeCommand } = await client;
+    await lambda.send(
       new InvokeCommand({
         FunctionName: functionName,
         InvocationType: 'Event',
@@ -35,15 +41,23 @@ export function lambdaDispatcher(
  */
 export function inProcessDispatcher(
   ctx: () => AppContext,
-  compile: PipelineCompiler = compileInWorker,
+  compile?: PipelineCompiler,
 ): (jobId: string) => Promise<void> {
   return async (jobId) => {
     setImmediate(() => {
-      runCompile(ctx(), jobId, compile).catch((err) =>
+      inProcessCompile(ctx(), jobId, compile).catch((err) =>
         log('error', 'compile failed; the sweep will dispatch it again', { job_id: jobId, err }),
       );
     });
   };
+}
+
+async function inProcessCompile(ctx: AppContext, jobId: string, compile?: PipelineCompiler) {
+  const [{ runCompile }, { compileInWorker }] = await Promise.all([
+    import('./compile.ts'),
+    import('../pipeline/worker.ts'),
+  ]);
+  return runCompile(ctx, jobId, compile ?? compileInWorker);
 }
 
 const dispatchers = new WeakMap<AppContext, (jobId: string) => Promise<void>>();

@@ -2,16 +2,11 @@
 // invocations of the consumer (webhookQueue: retried twice, then kept in the
 // dead-letter queue), which costs nothing while nothing is queued, unlike an
 // SQS queue's poller; S3 (the idle gate's bucket) holds the directory and
-// bodies too large for an invocation.
+// bodies too large for an invocation. The clients are the runtime's SDK,
+// loaded by the first call that needs them (docs/architecture.md, "Bundles").
 import { randomUUID } from 'node:crypto';
-import { InvokeCommand, LambdaClient } from '@aws-sdk/client-lambda';
-import {
-  DeleteObjectCommand,
-  GetObjectCommand,
-  NoSuchKey,
-  PutObjectCommand,
-  S3Client,
-} from '@aws-sdk/client-s3';
+import type { LambdaClient } from '@aws-sdk/client-lambda';
+import type { S3Client } from '@aws-sdk/client-s3';
 import type { ForgeKind } from '../forge/webhook.ts';
 import {
   type DeliveryMessage,
@@ -21,6 +16,9 @@ import {
   type WebhookIntake,
 } from './intake.ts';
 
+const s3Sdk = () => import('@aws-sdk/client-s3');
+const lambdaSdk = () => import('@aws-sdk/client-lambda');
+
 // An async invocation takes 256 KiB; base64 grows a body by a third, and
 // the headers come along.
 const INLINE_BODY_BYTES = 150 * 1024;
@@ -28,11 +26,22 @@ export const DELIVERY_PREFIX = 'deliveries/';
 
 /** Async invocations of the consumer function and S3 behind the intake's interfaces. */
 export function awsIntake(consumerFunction: string, bucket: string): WebhookIntake {
-  const s3 = new S3Client({});
-  const lambda = new LambdaClient({});
+  let clients: Promise<{ s3: S3Client; lambda: LambdaClient }> | undefined;
+  const sdk = () => {
+    clients ??= Promise.all([s3Sdk(), lambdaSdk()]).then(([s3, lambda]) => ({
+      s3: new s3.S3Client({}),
+      lambda: new lambda.LambdaClient({}),
+    }));
+    return clients;
+  };
   return {
     queue: {
       async send(d: QueuedDelivery) {
+        const [{ s3, lambda }, { PutObjectCommand }, { InvokeCommand }] = await Promise.all([
+          sdk(),
+          s3Sdk(),
+          lambdaSdk(),
+        ]);
         const message: DeliveryMessage = {
           forge: d.forge,
           headers: d.headers,
@@ -57,6 +66,7 @@ export function awsIntake(consumerFunction: string, bucket: string): WebhookInta
     },
     directory: {
       async get(forge: ForgeKind, repo: string) {
+        const [{ s3 }, { GetObjectCommand, NoSuchKey }] = await Promise.all([sdk(), s3Sdk()]);
         try {
           const got = await s3.send(
             new GetObjectCommand({ Bucket: bucket, Key: directoryKey(forge, repo) }),
@@ -68,6 +78,7 @@ export function awsIntake(consumerFunction: string, bucket: string): WebhookInta
         }
       },
       async put(forge: ForgeKind, entry: DirectoryEntry) {
+        const [{ s3 }, { PutObjectCommand }] = await Promise.all([sdk(), s3Sdk()]);
         await s3.send(
           new PutObjectCommand({
             Bucket: bucket,
@@ -84,10 +95,12 @@ export function awsIntake(consumerFunction: string, bucket: string): WebhookInta
 export async function messageBody(
   message: DeliveryMessage,
   bucket: string | undefined,
-  s3 = new S3Client({}),
+  client?: S3Client,
 ): Promise<Buffer> {
   if (message.body !== undefined) return Buffer.from(message.body, 'base64');
   if (!message.bodyKey || !bucket) throw new Error('a queued delivery without a body');
+  const { S3Client, GetObjectCommand } = await s3Sdk();
+  const s3 = client ?? new S3Client({});
   const got = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: message.bodyKey }));
   return Buffer.from(await got.Body!.transformToByteArray());
 }
@@ -96,9 +109,11 @@ export async function messageBody(
 export async function forgetBody(
   message: DeliveryMessage,
   bucket: string | undefined,
-  s3 = new S3Client({}),
+  client?: S3Client,
 ): Promise<void> {
   if (message.bodyKey && bucket) {
+    const { S3Client, DeleteObjectCommand } = await s3Sdk();
+    const s3 = client ?? new S3Client({});
     await s3.send(new DeleteObjectCommand({ Bucket: bucket, Key: message.bodyKey }));
   }
 }

@@ -9,7 +9,7 @@ import { after, test } from 'node:test';
 import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 // @ts-expect-error s3rver ships no types
 import S3rver from 's3rver';
-import { S3Store } from '../../lib/storage/index.ts';
+import { S3Store } from '../../lib/storage/s3.ts';
 import { testStack } from '../helpers/stack.ts';
 import { Fixture } from '../runner/support.ts';
 

@@ -11,7 +11,8 @@ import { after, test } from 'node:test';
 import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
 // @ts-expect-error s3rver ships no types
 import S3rver from 's3rver';
-import { S3Store, type UploadPlan } from '../../lib/storage/index.ts';
+import type { UploadPlan } from '../../lib/storage/index.ts';
+import { S3Store } from '../../lib/storage/s3.ts';
 import { putParts } from '../../runner/artifacts.ts';
 
 const dir = await mkdtemp(join(tmpdir(), 'conductor-s3rver-'));
