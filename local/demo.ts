@@ -213,9 +213,10 @@ export async function runDemo(
       : '';
     // The signed link a commit status would carry: it opens without signing in.
     const pageUrl = `${url}/jobs/${accepted.job_id}?sig=${signJobLink(stack.context.keyring, accepted.job_id)}`;
+    // The link opens only while the stack is up: printed with --keep alone.
     out('');
-    out(`job page     ${pageUrl}`);
-    if (!opts.keep) out('             (npm run demo -- --keep keeps it up until Ctrl-C)');
+    if (opts.keep) out(`job page     ${pageUrl}`);
+    else out('job page     npm run demo -- --keep keeps the stack up and prints it (until Ctrl-C)');
     out('');
     out('the package task logged (its secret masked):');
     for (const line of packageLog.trimEnd().split('\n')) out(`  | ${line}`);

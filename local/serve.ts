@@ -15,30 +15,41 @@ export interface ServeOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-/** Starts the control plane as `conductor server` runs it; the caller stops it. */
-export async function serve(options: ServeOptions = {}): Promise<LocalStack> {
+/**
+ * Starts the control plane as `conductor server` runs it; the caller stops it.
+ * `say` is told one line for the migrations (else they are log lines).
+ */
+export async function serve(
+  options: ServeOptions = {},
+  say?: (line: string) => void,
+): Promise<LocalStack> {
   const env: NodeJS.ProcessEnv = { ...(options.env ?? process.env) };
   if (options.host !== undefined) env.CONDUCTOR_HOST = options.host;
   if (options.port !== undefined) env.PORT = String(options.port);
-  return startLocalStack(env, { requestLog: true });
+  return startLocalStack(env, { requestLog: true, ...(say ? { say } : {}) });
 }
 
 /**
  * serve() until SIGTERM or SIGINT, then a drain and exit 0 (1 when the stop
- * failed). Prints where it listens, the database, the public URL and the
- * admin token to `out`.
+ * failed). Prints to `out` one line for the migrations, then where it listens,
+ * the database, the public URL, the admin token and the next step. A busy port
+ * or a data directory another server uses is refused (thrown) in one line
+ * before anything is made.
  */
 export async function runServer(
   options: ServeOptions = {},
   out: (line: string) => void = console.log,
 ): Promise<LocalStack> {
-  const stack = await serve(options);
+  const stack = await serve(options, out);
   const config = loadConfig({ ...(options.env ?? process.env) });
   out(`Conductor is running at ${stack.url}`);
   out(`  listening:   ${stack.host} port ${stack.port}`);
   out(`  public URL:  ${config.CONDUCTOR_PUBLIC_URL ?? '(unset: links follow the request)'}`);
   out(`  database:    ${stack.database}`);
   out(`  admin token: ${stack.adminToken}`);
+  out(
+    'Next: conductor project create --id NAME --repo OWNER/NAME --repo-url URL (npm run ctl -- ... in a checkout); README.md, "Run it yourself".',
+  );
   out('Stop it with Ctrl-C or SIGTERM.');
   let stopping = false;
   const shutdown = async (signal: string) => {

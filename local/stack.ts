@@ -3,8 +3,8 @@
 // the functions behind a local HTTP server bound to CONDUCTOR_HOST, compiles
 // in-process, and the sweep on a timer.
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
-import type { AddressInfo } from 'node:net';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { type AddressInfo, createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { storeOf } from '../lib/app/artifacts.ts';
@@ -14,7 +14,13 @@ import { runnerExited } from '../lib/app/pools.ts';
 import { runSweep } from '../lib/app/sweep.ts';
 import { type Config, loadConfig } from '../lib/config.ts';
 import { type AppContext, clearContext, setContext } from '../lib/context.ts';
-import { createPool, migrate, type Pool, setPreparedStatements } from '../lib/db/index.ts';
+import {
+  createPool,
+  type MigrateResult,
+  migrate,
+  type Pool,
+  setPreparedStatements,
+} from '../lib/db/index.ts';
 import { ProcessProvider } from '../lib/fleet/process.ts';
 import { allowPrivateForges } from '../lib/forge/client.ts';
 import { newToken } from '../lib/http/auth.ts';
@@ -47,6 +53,77 @@ async function keptValue(dir: string, file: string, make: () => string): Promise
   await writeFile(path, `${value}\n`, { mode: 0o600 });
   await chmod(path, 0o600);
   return value;
+}
+
+/** The migrations' one line: what was applied, or that nothing was. */
+export function migrationsLine(result: MigrateResult): string {
+  const { applied, functions, current } = result;
+  if (applied.length === 0 && functions.length === 0) {
+    return `migrations: up to date (migration ${current})`;
+  }
+  const parts = [
+    ...(applied.length ? [`${applied.length} migration${applied.length === 1 ? '' : 's'}`] : []),
+    ...(functions.length
+      ? [`${functions.length} function${functions.length === 1 ? '' : 's'}`]
+      : []),
+  ];
+  return `migrations: applied ${parts.join(' and ')}, now at migration ${current}`;
+}
+
+/** Refuses, in one line, a port something on this machine already listens on. */
+async function portIsFree(host: string, port: number): Promise<void> {
+  const probe = createServer();
+  await new Promise<void>((done, fail) => {
+    probe.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE') {
+        fail(
+          new Error(
+            `port ${port} on ${host} is in use (another conductor server?): stop what listens there, or pick another port with --port or PORT`,
+          ),
+        );
+      } else fail(err);
+    });
+    probe.listen(port, host, () => probe.close(() => done()));
+  });
+}
+
+/**
+ * Holds the data directory for this server (`server.pid`, made exclusively):
+ * a second server on it is refused in one line before it starts its own
+ * PostgreSQL on the same cluster. A file left by a server that is gone is
+ * taken over. Answers the release.
+ */
+async function lockDataDir(dataDir: string): Promise<() => Promise<void>> {
+  const path = join(dataDir, 'server.pid');
+  for (let tries = 0; ; tries++) {
+    try {
+      await writeFile(path, `${process.pid}\n`, { flag: 'wx', mode: 0o600 });
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || tries > 0) throw err;
+      const holder = Number.parseInt(await readFile(path, 'utf8').catch(() => ''), 10);
+      if (Number.isInteger(holder) && holder > 0 && holder !== process.pid && alive(holder)) {
+        throw new Error(
+          `another conductor server (pid ${holder}) uses the data directory ${dataDir}: stop it first, or give this one another CONDUCTOR_DATA_DIR`,
+        );
+      }
+      await rm(path, { force: true });
+    }
+  }
+  return async () => {
+    const holder = await readFile(path, 'utf8').catch(() => '');
+    if (holder.trim() === String(process.pid)) await rm(path, { force: true });
+  };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: it exists, as another user.
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 /** The host part of a URL that reaches a server bound to `host` from this machine. */
@@ -97,11 +174,25 @@ export function runnerCommand(): string[] {
  */
 export async function startLocalStack(
   env: NodeJS.ProcessEnv = process.env,
-  opts: { sweep?: boolean; ephemeral?: boolean; pickup?: boolean; requestLog?: boolean } = {},
+  opts: {
+    sweep?: boolean;
+    ephemeral?: boolean;
+    pickup?: boolean;
+    requestLog?: boolean;
+    /**
+     * Told, for a person, one line for the migrations (and anything the
+     * embedded PostgreSQL made as root); without it they are log lines.
+     */
+    say?: (line: string) => void;
+  } = {},
 ): Promise<LocalStack> {
   const config: Config = loadConfig(env);
   const dataDir = resolve(config.CONDUCTOR_DATA_DIR);
+  // Before anything is made or started: a port someone holds, or a data
+  // directory another server of this machine uses, is one clear line.
+  if (config.PORT !== 0) await portIsFree(config.CONDUCTOR_HOST, config.PORT);
   await mkdir(dataDir, { recursive: true });
+  const unlock = config.DATABASE_URL ? async () => {} : await lockDataDir(dataDir);
   const adminToken =
     config.CONDUCTOR_ADMIN_TOKEN ?? (await keptValue(dataDir, 'admin-token', () => newToken('ca')));
   const secretKey =
@@ -111,11 +202,18 @@ export async function startLocalStack(
   let databaseUrl = config.DATABASE_URL;
   let database = 'DATABASE_URL';
   if (!databaseUrl) {
-    const server = await startEmbeddedPostgres({
-      dataDir: join(dataDir, 'pg'),
-      ephemeral: opts.ephemeral,
-      removeOnStop: opts.ephemeral,
-    });
+    let server: Awaited<ReturnType<typeof startEmbeddedPostgres>>;
+    try {
+      server = await startEmbeddedPostgres({
+        dataDir: join(dataDir, 'pg'),
+        ephemeral: opts.ephemeral,
+        removeOnStop: opts.ephemeral,
+        ...(opts.say ? { say: opts.say } : {}),
+      });
+    } catch (err) {
+      await unlock();
+      throw err;
+    }
     const admin = createPool({ url: server.url(), max: 1 });
     try {
       const { rows } = await admin.query("select 1 from pg_database where datname = 'conductor'");
@@ -125,7 +223,10 @@ export async function startLocalStack(
     }
     databaseUrl = server.url('conductor');
     database = `embedded PostgreSQL in ${server.dataDir} (port ${server.port})`;
-    stopDatabase = () => server.stop();
+    stopDatabase = async () => {
+      await server.stop();
+      await unlock();
+    };
   }
 
   setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
@@ -134,7 +235,14 @@ export async function startLocalStack(
     log('warn', 'idle database connection failed', { err }),
   );
   try {
-    await migrate(pool, undefined, (line) => log('info', line));
+    const say = opts.say;
+    const notes: string[] = [];
+    const result = await migrate(pool, undefined, (line) => {
+      if (!say) log('info', line);
+      else if (!line.startsWith('applied ')) notes.push(line);
+    });
+    for (const note of notes) say?.(note);
+    say?.(migrationsLine(result));
   } catch (err) {
     await pool.end();
     await stopDatabase();

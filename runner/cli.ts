@@ -3,6 +3,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import { optionConflict, type Runner, type RunnerOptions, startRunner } from './index.ts';
+import { chooseLogFormat, LOG_FORMATS, type LogFormat, loggerFor } from './logformat.ts';
 import { forgetToken, readTokenFile, TOKEN_VARIABLE } from './token.ts';
 import { RUNNER_VERSION } from './version.ts';
 
@@ -44,6 +45,8 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
                        they are given back (default 30)
   --kill-grace-s N     between SIGTERM and SIGKILL when a script is stopped (default 5)
   --http-timeout-s N   how long one call to the control plane may take (default 30)
+  --log-format F       text (one line a person reads) or json (one JSON object
+                       a line); default text when stderr is a terminal, else json
   --version            print the runner's version and exit
   -h, --help           this text`;
 
@@ -96,6 +99,7 @@ export const RunnerArgsSchema = z.object({
   'grace-s': seconds('grace-s', 0).default(30),
   'kill-grace-s': seconds('kill-grace-s', 0).default(5),
   'http-timeout-s': seconds('http-timeout-s', 1).default(30),
+  'log-format': z.enum(LOG_FORMATS, { error: '--log-format must be text or json' }).optional(),
 });
 
 /**
@@ -105,7 +109,7 @@ export const RunnerArgsSchema = z.object({
 export async function parseRunnerArgs(
   argv: string[],
   env: NodeJS.ProcessEnv,
-): Promise<RunnerOptions> {
+): Promise<RunnerOptions & { logFormat?: LogFormat }> {
   const { values } = parseArgs({
     args: argv,
     allowPositionals: false,
@@ -129,6 +133,7 @@ export async function parseRunnerArgs(
       'grace-s': { type: 'string' },
       'kill-grace-s': { type: 'string' },
       'http-timeout-s': { type: 'string' },
+      'log-format': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean' },
     },
@@ -155,7 +160,7 @@ export async function parseRunnerArgs(
   if (!a['token-file'] && !fromEnv) {
     throw new Error(`--token-file (or $${TOKEN_VARIABLE}) is required`);
   }
-  const options: RunnerOptions = {
+  const options: RunnerOptions & { logFormat?: LogFormat } = {
     url: a.url,
     token: a['token-file'] ? await readTokenFile(a['token-file']) : fromEnv!,
     ...(a['token-file'] ? { tokenFile: a['token-file'] } : {}),
@@ -174,6 +179,7 @@ export async function parseRunnerArgs(
     graceMs: a['grace-s'] * 1000,
     killGraceMs: a['kill-grace-s'] * 1000,
     httpTimeoutMs: a['http-timeout-s'] * 1000,
+    ...(a['log-format'] ? { logFormat: a['log-format'] } : {}),
   };
   const conflict = optionConflict(options);
   if (conflict) throw new Error(conflict);
@@ -191,6 +197,8 @@ export interface CliIo {
   out?: (line: string) => void;
   /** Where SIGTERM and SIGINT come from (the process). */
   signals?: Pick<NodeJS.Process, 'on' | 'off'>;
+  /** Whether stderr is a terminal: the log is text there unless --log-format says otherwise. */
+  isTTY?: boolean;
 }
 
 /**
@@ -200,7 +208,7 @@ export interface CliIo {
  * error, 2 for a bad command line.
  */
 export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
-  let options: RunnerOptions;
+  let options: RunnerOptions & { logFormat?: LogFormat };
   try {
     options = await parseRunnerArgs(argv, io.env);
   } catch (err) {
@@ -227,7 +235,13 @@ export async function runnerMain(argv: string[], io: CliIo): Promise<number> {
         `could not remove the worker token from this process's environment (${err instanceof Error ? err.message : err}); use --token-file`,
       );
     }
-    runner = await startRunner({ ...options, env: io.env });
+    const { logFormat, ...rest } = options;
+    const format = chooseLogFormat(logFormat, io.isTTY ?? false);
+    runner = await startRunner({
+      ...rest,
+      env: io.env,
+      ...(format === 'text' ? { log: loggerFor('text', io.err) } : {}),
+    });
   } catch (err) {
     io.err(`conductor-runner: ${err instanceof Error ? err.message : String(err)}`);
     return 1;

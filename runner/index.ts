@@ -457,8 +457,11 @@ class PollingRunner implements Runner {
         }
         if (!isRetryable(err)) {
           // A refused token, unknown labels, a wrong URL: polling on changes nothing.
+          // The remedy (explainRefusal) is said once, by whoever reads the
+          // runner's end (conductor-runner prints it as it exits); the log
+          // line keeps the control plane's own answer.
           const fatal = explainRefusal(err, this.options);
-          log('error', 'the control plane refused the claim; the runner stops', { err: fatal });
+          log('error', 'the control plane refused the claim; the runner stops', { err });
           this.fatal = fatal;
           this.stopping = true;
           break;

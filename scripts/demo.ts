@@ -1,6 +1,6 @@
 // npm run demo [-- --keep]: the whole system in one command; exits 0 when the
-// job succeeded. --keep leaves the stack and its runners up (the job page's
-// link is printed) until Ctrl-C.
+// job succeeded. --keep leaves the stack and its runners up until Ctrl-C, and
+// only then is the job page's link printed (without it, nothing would answer).
 import { runDemo } from '../local/demo.ts';
 
 const keep = process.argv.includes('--keep');

@@ -24,6 +24,7 @@ function lazyS3Store(bucket: string): BlobStore {
     finishUpload: async (...a) => (await s3()).finishUpload(...a),
     size: async (...a) => (await s3()).size(...a),
     downloadUrl: async (...a) => (await s3()).downloadUrl(...a),
+    read: async (...a) => (await s3()).read(...a),
     delete: async (...a) => (await s3()).delete(...a),
   };
 }

@@ -24,4 +24,25 @@ test('npm run demo runs the sample pipeline to success on two runners and shows 
   // A live line for each state change, e.g. the build starting and finishing.
   assert.match(output, /build\s+running/);
   assert.match(output, /build\s+success/);
+  // The stack is gone when the demo ends: no link to a page that would not open.
+  assert.doesNotMatch(output, /\/jobs\//);
+  assert.match(output, /^job page {5}npm run demo -- --keep keeps the stack up and prints it/m);
+});
+
+test('npm run demo -- --keep prints the job page link while the stack is up, and it opens (#48)', async () => {
+  const lines: string[] = [];
+  let status = 0;
+  const result = await runDemo((line) => lines.push(line), {
+    timeoutMs: 90_000,
+    keep: async () => {
+      const link = lines
+        .find((l) => l.startsWith('job page'))
+        ?.slice('job page'.length)
+        .trim();
+      status = (await fetch(link!)).status;
+    },
+  });
+  assert.equal(result.jobState, 'success', lines.join('\n'));
+  assert.ok(lines.includes(`job page     ${result.pageUrl}`), lines.join('\n'));
+  assert.equal(status, 200, 'the link opens the page while the stack is kept up');
 });

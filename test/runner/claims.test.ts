@@ -169,11 +169,19 @@ test('--once claims until a task comes, runs it, reports it and exits 0 whatever
   assert.deepEqual(states, ['failed', 'queued'], 'one task run and failed, the other left');
   assert.match(runner.stderr(), /"message":"task finished".*"outcome":"failed"/);
 
-  const again = childRunner([...args, '--once', '--same-user']);
+  const again = childRunner([...args, '--once', '--same-user', '--log-format', 'text']);
   const refused = await again.exited;
   assert.equal(refused.code, 1, again.stderr());
   assert.match(
     again.stderr(),
     /^conductor-runner: the control plane refused the worker token \(POST \/v1\/runner\/claim: HTTP 401[^)]*\): .*an ephemeral worker's that has made its one claim/m,
   );
+  // Its log is text with --log-format text, and the 401's remedy is said once.
+  assert.match(again.stderr(), /^\d\d:\d\d:\d\d info {2}runner started \(version=/m);
+  assert.match(
+    again.stderr(),
+    /^\d\d:\d\d:\d\d error the control plane refused the claim; the runner stops: POST \/v1\/runner\/claim: HTTP 401/m,
+  );
+  assert.doesNotMatch(again.stderr(), /^\{/m, 'no JSON line');
+  assert.equal(again.stderr().split('put the new token there').length - 1, 1, again.stderr());
 });

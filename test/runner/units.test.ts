@@ -19,6 +19,7 @@ import {
   startRunner,
   type Task,
 } from '../../runner/index.ts';
+import { chooseLogFormat, textLine } from '../../runner/logformat.ts';
 import { chunkEnd, LogStream } from '../../runner/logstream.ts';
 import { parseOutputs } from '../../runner/outputs.ts';
 import {
@@ -653,4 +654,44 @@ test("--untrusted refuses scripts under the runner's own uid; --run-as and --sam
     startRunner({ url: 'http://127.0.0.1:1', token: 't', untrusted: true, sameUser: true }),
     /--untrusted refuses the shell executor with scripts under the runner's own uid/,
   );
+});
+
+test("the runner's log: text on a terminal and JSON elsewhere unless --log-format says; a text line a person reads (#48)", async () => {
+  assert.equal(chooseLogFormat(undefined, true), 'text');
+  assert.equal(chooseLogFormat(undefined, false), 'json');
+  assert.equal(chooseLogFormat('json', true), 'json');
+  assert.equal(chooseLogFormat('text', false), 'text');
+  const env = { CONDUCTOR_RUNNER_TOKEN: 'cw_env' };
+  const parse = (...argv: string[]) => parseRunnerArgs(['--url', 'http://cp', ...argv], env);
+  assert.equal((await parse('--log-format', 'json')).logFormat, 'json');
+  assert.equal((await parse('--log-format', 'text')).logFormat, 'text');
+  assert.equal((await parse()).logFormat, undefined);
+  await assert.rejects(parse('--log-format', 'yaml'), /--log-format must be text or json/);
+
+  const at = new Date('2026-12-06T09:30:05.123Z');
+  assert.equal(
+    textLine(
+      'info',
+      'runner started',
+      {
+        version: '1.0.0',
+        labels: ['linux', 'big'],
+        run_as: null,
+        untrusted: false,
+        concurrency: 2,
+      },
+      at,
+    ),
+    '09:30:05 info  runner started (version=1.0.0 labels=linux,big concurrency=2)',
+  );
+  assert.equal(
+    textLine(
+      'warn',
+      'claim failed; retrying with backoff',
+      { err: new Error('connect ECONNREFUSED 127.0.0.1:1'), note: 'two words' },
+      at,
+    ),
+    '09:30:05 warn  claim failed; retrying with backoff: connect ECONNREFUSED 127.0.0.1:1 (note="two words")',
+  );
+  assert.equal(textLine('error', 'runner stopped', {}, at), '09:30:05 error runner stopped');
 });
