@@ -30,13 +30,13 @@ import {
   startManualJob,
   TriggerSchema,
 } from '../lib/app/jobs.ts';
-import { removeProject } from '../lib/app/onboarding.ts';
 import {
   createNotification,
   deleteNotification,
   listNotifications,
   NotificationCreateSchema,
 } from '../lib/app/notifications.ts';
+import { removeProject } from '../lib/app/onboarding.ts';
 import {
   ADMIN_BEARER,
   openSessions,

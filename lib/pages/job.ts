@@ -21,8 +21,8 @@ import {
   timeEl,
 } from './html.ts';
 import { emptyLogNote, type LogPiece, logTail, logWindow } from './log.ts';
-import { graphBadges, jobTests, testsSection } from './tests.ts';
 import { logTools } from './log-client.ts';
+import { graphBadges, jobTests, testsSection } from './tests.ts';
 
 /** Who is looking: signed in (with the session's CSRF token), or through a signed link. */
 export interface Viewer {
