@@ -1,0 +1,1 @@
+-- Placeholder for another engineer's migration 023 (dropped at merge).

@@ -1,0 +1,1 @@
+-- Placeholder for another engineer's migration 024 (dropped at merge).
