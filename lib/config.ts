@@ -70,6 +70,14 @@ export const ConfigSchema = z.object({
   CONDUCTOR_GITLAB_CLIENT_ID: z.string().min(1).optional(),
   /** Locally; deployed, `gitlab_client_secret` in the app secret. */
   CONDUCTOR_GITLAB_CLIENT_SECRET: z.string().min(1).optional(),
+  /**
+   * The GitHub App (docs/deploy.md, "The GitHub App"): its id, the path of its
+   * private key (PEM, as GitHub generates it), and its webhook secret. Unset:
+   * no app; projects use their own webhook and token.
+   */
+  CONDUCTOR_GITHUB_APP_ID: z.string().regex(/^\d{1,20}$/, 'must be the app\'s numeric id').optional(),
+  CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE: z.string().min(1).max(4096).optional(),
+  CONDUCTOR_GITHUB_APP_WEBHOOK_SECRET: z.string().min(1).max(1000).optional(),
   /** How long a sign-in or a permission question waits for the forge before "try again". */
   CONDUCTOR_SIGNIN_TIMEOUT_MS: positiveInt(60_000).default(5_000),
   CONDUCTOR_LEASE_S: positiveInt(3600).default(45),
