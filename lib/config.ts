@@ -75,7 +75,10 @@ export const ConfigSchema = z.object({
    * private key (PEM, as GitHub generates it), and its webhook secret. Unset:
    * no app; projects use their own webhook and token.
    */
-  CONDUCTOR_GITHUB_APP_ID: z.string().regex(/^\d{1,20}$/, 'must be the app\'s numeric id').optional(),
+  CONDUCTOR_GITHUB_APP_ID: z
+    .string()
+    .regex(/^\d{1,20}$/, "must be the app's numeric id")
+    .optional(),
   CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE: z.string().min(1).max(4096).optional(),
   CONDUCTOR_GITHUB_APP_WEBHOOK_SECRET: z.string().min(1).max(1000).optional(),
   /** How long a sign-in or a permission question waits for the forge before "try again". */

@@ -10,8 +10,8 @@ import {
 } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { BranchSource } from '../forge/branch.ts';
-import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { APP_FORGE } from '../forge/github/app.ts';
+import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { forgeOf } from '../forge/registry.ts';
 import { type IdleGate, openGate } from '../idle/gate.ts';
 import { MIN_SECRET_LENGTH } from '../masking.ts';
