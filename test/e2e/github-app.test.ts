@@ -397,3 +397,17 @@ test('a push to a project that is not served by the app is ignored, and a projec
   assert.equal(gitea.status, 400);
   assert.match(gitea.body.error.message, /github_app: only a github project/);
 });
+
+test('the repositories offered to a person are those the app is installed on that GitHub says they administer', async () => {
+  await install(205, ['acme/mine', 'acme/theirs']);
+  fake.setPermission('acme/mine', 'grace', 'admin');
+  fake.setPermission('acme/theirs', 'grace', 'write');
+  const offered = await installedRepositories(ctx, { login: 'grace' });
+  assert.deepEqual(
+    offered.map((r) => r.repo),
+    ['acme/mine'],
+  );
+  assert.equal(offered[0]?.project_id, null);
+  const all = await installedRepositories(ctx);
+  assert.equal(all.find((r) => r.repo === 'northwind/ledger-app')?.project_id, 'ledger-app');
+});
