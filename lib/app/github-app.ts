@@ -186,6 +186,12 @@ export async function handleAppDelivery(
     case 'repository':
       break;
   }
+  // Events of the app that name no repository (github_app_authorization,
+  // installation_target, ...) build nothing.
+  const repository = (d.payload as { repository?: unknown } | null)?.repository;
+  if (repository === undefined || repository === null) {
+    return { status: 200, body: { ignored: `event ${JSON.stringify(d.event)} triggers nothing` } };
+  }
   const intent = parseWebhook(APP_FORGE, d.event, d.payload);
   const installed = await installationOfRepo(ctx.pool, intent.repo);
   if (installed !== d.installationId) {

@@ -411,3 +411,16 @@ test('the repositories offered to a person are those the app is installed on tha
   const all = await installedRepositories(ctx);
   assert.equal(all.find((r) => r.repo === 'northwind/ledger-app')?.project_id, 'ledger-app');
 });
+
+test('an app event that names no repository is answered 200 and builds nothing', async () => {
+  const res = await deliver('installation_target', {
+    action: 'renamed',
+    account: { login: 'acme-renamed', id: 90211 },
+    changes: { login: { from: 'acme' } },
+    target_type: 'Organization',
+    installation: { id: 206 },
+    sender: { login: 'rosalind', id: 4410921 },
+  });
+  assert.equal(res.status, 200, res.text);
+  assert.equal(res.body.ignored, 'event "installation_target" triggers nothing');
+});

@@ -21,7 +21,7 @@ import {
   randomBytes,
   verify,
 } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -131,7 +131,13 @@ export async function startFakeGitHubApp(): Promise<FakeGitHubApp> {
     setFile: (repo, sha, text) => files.set(`${repo.toLowerCase()}@${sha}`, text),
     setPermission: (repo, login, p) => permissions.set(`${repo.toLowerCase()} ${login}`, p),
     runsFor: (sha) => [...fake.checkRuns.values()].filter((r) => r.fields.head_sha === sha),
-    close: () => new Promise((done) => server.close(() => done())),
+    close: () =>
+      new Promise((done) =>
+        server.close(() => {
+          rmSync(keyFile, { force: true });
+          done();
+        }),
+      ),
   };
 
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
