@@ -64,6 +64,7 @@ export const ContextSchema = z.object({
     .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
     .optional(),
   fargateRunners: bool.optional(),
+  githubApp: bool.optional(),
   runnerImage: z
     .string()
     .regex(/^[a-z0-9][\w.:/@-]{0,499}$/, 'must be an image reference, e.g. ghcr.io/acme/runner:1')
@@ -122,6 +123,7 @@ export const VALID_VALUES: Readonly<Record<keyof Context, string>> = {
   throttleBurst: 'a whole number from 1 to 5000',
   publicUrl: 'an https:// URL without query or fragment, e.g. https://ci.example.com',
   fargateRunners: 'true or false',
+  githubApp: 'true or false',
   runnerImage: 'an image reference, e.g. 123456789012.dkr.ecr.eu-west-1.amazonaws.com/runner:1',
   existingVpc:
     'JSON: {"vpcId": "vpc-...", "availabilityZones": [...], "privateSubnetIds": [...], "isolatedSubnetIds"?: [...]}',
@@ -210,6 +212,7 @@ export function propsFromContext(get: (key: string) => unknown): {
       outsideVpc: c.outsideVpc,
       publicUrl: c.publicUrl,
       fargateRunners: c.fargateRunners,
+      githubApp: c.githubApp,
       runnerImage: c.runnerImage,
     },
   };

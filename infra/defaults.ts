@@ -30,4 +30,5 @@ export const SETTING_DEFAULTS = {
   throttleBurst: 100,
   // Opt-in: building the runner's image needs Docker at deploy.
   fargateRunners: false,
+  githubApp: false,
 } as const satisfies { [K in keyof Context]?: Context[K] };

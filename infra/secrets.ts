@@ -41,3 +41,24 @@ export function createAppSecrets(scope: Construct): {
   });
   return { secretKey, appSecret };
 }
+
+/**
+ * The GitHub App's secret (`-c githubApp=true`): `{"webhook_secret"}`
+ * generated, to be pasted into the app's settings on GitHub, and `app_id` and
+ * `private_key` (the .pem's text) added by the operator (docs/deploy.md, "The
+ * GitHub App"). Read at cold start by the functions that call GitHub.
+ */
+export function createGitHubAppSecret(scope: Construct): secretsmanager.Secret {
+  return new secretsmanager.Secret(scope, 'GitHubAppSecret', {
+    description:
+      'Conductor: the GitHub App, {"app_id", "private_key", "webhook_secret"}; add app_id and private_key',
+    generateSecretString: {
+      secretStringTemplate: '{}',
+      generateStringKey: 'webhook_secret',
+      passwordLength: 40,
+      excludePunctuation: true,
+      includeSpace: false,
+    },
+    removalPolicy: RemovalPolicy.RETAIN,
+  });
+}

@@ -44,7 +44,7 @@ import { SETTING_DEFAULTS as DEFAULTS } from './defaults.ts';
 import { RunnerFleet } from './fleet.ts';
 import { type ConductorFunction, Functions, pascal, RESERVED_CONCURRENCY } from './functions.ts';
 import { type ExistingVpc, Network } from './network.ts';
-import { createAppSecrets } from './secrets.ts';
+import { createAppSecrets, createGitHubAppSecret } from './secrets.ts';
 import { ARTIFACT_ACTIONS, artifactsBucket, grantArtifacts, privateBucket } from './storage.ts';
 
 export { DB_NAME, type ExistingDatabase } from './database.ts';
@@ -73,6 +73,13 @@ export const STATUS_POSTERS = [
   'complete',
   'sweep',
 ] as const satisfies ConductorFunction[];
+
+/**
+ * The functions that read the GitHub App's secret, with `githubApp`: those
+ * that post statuses (check runs) and call GitHub for a project (the webhook's
+ * deliveries, the compile's file, the api's permission questions).
+ */
+export const GITHUB_APP_READERS = STATUS_POSTERS;
 
 /** The functions that carry the ecs provider (lib/app/fleet-aws.ts) and launch Fargate runners. */
 export const RUNNER_LAUNCHERS = ['api', 'sweep'] as const satisfies ConductorFunction[];
@@ -146,6 +153,13 @@ export interface ConductorStackProps extends StackProps {
   nat?: 'gateway' | 'instance';
   /** CONDUCTOR_GITHUB_API_URL; default https://api.github.com. */
   githubApiUrl?: string;
+  /**
+   * The GitHub App (docs/deploy.md, "The GitHub App"): adds the secret
+   * GitHubAppSecret ({"app_id", "private_key", "webhook_secret"}, filled in by
+   * the operator) and lets the functions that call GitHub for a project read
+   * it. Default false.
+   */
+  githubApp?: boolean;
   /** CONDUCTOR_LEASE_S; default 45 (docs/scheduling.md, "Lost runners"). */
   leaseSeconds?: number;
   /** CONDUCTOR_DB_POOL_MAX, connections per Lambda container; default 2. */
@@ -216,6 +230,8 @@ export class ConductorStack extends Stack {
       : new Network(this, { existingVpc: props.existingVpc, nat: props.nat ?? DEFAULTS.nat });
     this.functionsSecurityGroup = network?.functionsSecurityGroup;
     const { appSecret, secretKey } = createAppSecrets(this);
+    const githubAppSecret =
+      (props.githubApp ?? DEFAULTS.githubApp) ? createGitHubAppSecret(this) : undefined;
     this.appSecret = appSecret;
     this.secretKey = secretKey;
     const minCapacity = props.minCapacity ?? DEFAULTS.minCapacity;
@@ -272,6 +288,9 @@ export class ConductorStack extends Stack {
         ...(name === 'migrate' || !iamAuth ? [this.dbSecret] : []),
         ...(KEY_READERS.includes(name) ? [secretKey] : []),
         ...(name === 'api' ? [appSecret] : []),
+        ...(githubAppSecret && (GITHUB_APP_READERS as readonly string[]).includes(name)
+          ? [githubAppSecret]
+          : []),
       ],
       environmentOf: (name) => ({
         ...(name === 'migrate' || !iamAuth
@@ -280,6 +299,9 @@ export class ConductorStack extends Stack {
         ...(name === 'migrate' && iamAuth ? { CONDUCTOR_DB_APP_ROLE: APP_DB_USER } : {}),
         ...(KEY_READERS.includes(name) ? { CONDUCTOR_SECRET_KEY_ARN: secretKey.secretArn } : {}),
         ...(name === 'api' ? { CONDUCTOR_APP_SECRET_ARN: appSecret.secretArn } : {}),
+        ...(githubAppSecret && (GITHUB_APP_READERS as readonly string[]).includes(name)
+          ? { CONDUCTOR_GITHUB_APP_SECRET_ARN: githubAppSecret.secretArn }
+          : {}),
         ...((GATE_READERS as readonly string[]).includes(name) ||
         (GATE_WRITERS as readonly string[]).includes(name)
           ? gateEnv
@@ -524,6 +546,9 @@ export class ConductorStack extends Stack {
     new CfnOutput(this, 'PublicUrl', { value: publicUrl });
     new CfnOutput(this, 'AppSecretArn', { value: this.appSecret.secretArn });
     new CfnOutput(this, 'SecretKeyArn', { value: this.secretKey.secretArn });
+    if (githubAppSecret) {
+      new CfnOutput(this, 'GitHubAppSecretArn', { value: githubAppSecret.secretArn });
+    }
     new CfnOutput(this, 'GateBucketName', { value: this.gateBucket.bucketName });
     new CfnOutput(this, 'WebhookDeadLettersUrl', { value: this.webhookDeadLetters.queueUrl });
     new CfnOutput(this, 'DatabaseSecretArn', { value: this.dbSecret.secretArn });

@@ -78,6 +78,22 @@ export const ConfigSchema = z.object({
   CONDUCTOR_GITHUB_TOKEN: z.string().min(1).max(10_000).optional(),
   CONDUCTOR_GITEA_TOKEN: z.string().min(1).max(10_000).optional(),
   CONDUCTOR_GITLAB_TOKEN: z.string().min(1).max(10_000).optional(),
+  /**
+   * The GitHub App (docs/deploy.md, "The GitHub App"): its id, the path of its
+   * private key (PEM, as GitHub generates it), and its webhook secret. Unset:
+   * no app; projects use their own webhook and token.
+   */
+  CONDUCTOR_GITHUB_APP_ID: z
+    .string()
+    .regex(/^\d{1,20}$/, "must be the app's numeric id")
+    .optional(),
+  CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE: z.string().min(1).max(4096).optional(),
+  CONDUCTOR_GITHUB_APP_WEBHOOK_SECRET: z.string().min(1).max(1000).optional(),
+  /**
+   * Deployed: a Secrets Manager secret {"app_id", "private_key", "webhook_secret"} the
+   * three settings above are read from at cold start (the key written to a file of its own).
+   */
+  CONDUCTOR_GITHUB_APP_SECRET_ARN: z.string().min(1).optional(),
   /** How long a sign-in or a permission question waits for the forge before "try again". */
   CONDUCTOR_SIGNIN_TIMEOUT_MS: positiveInt(60_000).default(5_000),
   CONDUCTOR_LEASE_S: positiveInt(3600).default(45),

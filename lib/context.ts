@@ -187,9 +187,44 @@ export async function gateFromConfig(config: Config): Promise<IdleGate | undefin
   return undefined;
 }
 
+/**
+ * Deployed, the GitHub App's settings come from its own secret
+ * (CONDUCTOR_GITHUB_APP_SECRET_ARN): the id, the webhook secret, and the
+ * private key, written to a file only this process's user may read, which
+ * CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE then names. Never an environment
+ * variable holding the key itself.
+ */
+async function withGitHubApp(config: Config, env: NodeJS.ProcessEnv): Promise<Config> {
+  const arn = config.CONDUCTOR_GITHUB_APP_SECRET_ARN;
+  if (!arn || config.CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE) return config;
+  const app = (await readSecret(arn, env)) as {
+    app_id?: unknown;
+    private_key?: unknown;
+    webhook_secret?: unknown;
+  };
+  const field = (name: keyof typeof app) => {
+    const value = app[name];
+    if (typeof value !== 'string' || value === '') {
+      throw new ConfigError(`CONDUCTOR_GITHUB_APP_SECRET_ARN: the secret has no "${name}"`);
+    }
+    return value;
+  };
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const file = join(mkdtempSync(join(tmpdir(), 'conductor-app-')), 'github-app.pem');
+  writeFileSync(file, field('private_key'), { mode: 0o600 });
+  return loadConfig({
+    ...env,
+    CONDUCTOR_GITHUB_APP_ID: String(app.app_id ?? ''),
+    CONDUCTOR_GITHUB_APP_WEBHOOK_SECRET: field('webhook_secret'),
+    CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE: file,
+  });
+}
+
 /** Builds the context of a deployed function from its environment (and Secrets Manager). */
 export async function contextFromEnv(env: NodeJS.ProcessEnv = process.env): Promise<AppContext> {
-  const config = loadConfig(env);
+  const config = await withGitHubApp(loadConfig(env), env);
   const creds = await credentials(config, env);
   setPreparedStatements(config.CONDUCTOR_DB_PREPARED_STATEMENTS);
   allowPrivateForges(config.CONDUCTOR_ALLOW_PRIVATE_FORGES);

@@ -36,6 +36,7 @@ import {
 import { noteScheduledJobFailed } from '../schedules/store.ts';
 import type { Keyring } from '../secrets.ts';
 import { decideChanges } from './changes.ts';
+import { type AppConfig, projectToken } from './forge-token.ts';
 import { tasksClaimable } from './pickup.ts';
 import { forgeToken, getProjectRow, type ProjectRow } from './projects.ts';
 import { deliverJobStatus } from './statuses.ts';
@@ -56,7 +57,7 @@ export type CompileOutcome =
 export async function compileJob(
   pool: Pool,
   keyring: Keyring,
-  githubApiUrl: string,
+  config: AppConfig,
   jobId: string,
   compile: PipelineCompiler = compilePipeline,
 ): Promise<CompileOutcome> {
@@ -81,15 +82,23 @@ export async function compileJob(
     if (settled !== 'pending') return settled;
   }
 
+  // The control plane reads the file with the project's token (or the
+  // GitHub App's installation token) even for a fork's pull request: the
+  // token never reaches that job's runner.
+  let token: string | null;
+  try {
+    token = await projectToken({ config, pool, keyring }, project);
+  } catch (err) {
+    if (err instanceof ForgeUnavailableError) return unavailable(pool, jobId, err);
+    throw err;
+  }
   const source: PipelineSource = {
     forge: project.forge,
     repo: project.repo,
     repoUrl: project.repo_url,
     forgeUrl: project.forge_url,
-    githubApiUrl,
-    // The control plane reads the file with the project's token even for a
-    // fork's pull request: the token never reaches that job's runner.
-    token: forgeToken(keyring, project),
+    githubApiUrl: config.CONDUCTOR_GITHUB_API_URL,
+    token,
     sha: job.sha,
   };
   let text: string;
@@ -182,13 +191,7 @@ export async function runCompile(
   jobId: string,
   compile: PipelineCompiler = compilePipeline,
 ): Promise<CompileOutcome> {
-  const outcome = await compileJob(
-    ctx.pool,
-    ctx.keyring,
-    ctx.config.CONDUCTOR_GITHUB_API_URL,
-    jobId,
-    compile,
-  );
+  const outcome = await compileJob(ctx.pool, ctx.keyring, ctx.config, jobId, compile);
   // Before the status post (a call to the forge): runners start now.
   if (outcome === 'started') await tasksClaimable(ctx, 'compile', jobId);
   await deliverJobStatus(ctx, jobId);

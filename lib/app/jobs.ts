@@ -31,6 +31,7 @@ import { PIPELINE_FILE } from '../pipeline/limits.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
 import { getJobOnly, type JobView } from '../scheduler/views.ts';
 import { audit, type Person } from './audit.ts';
+import { projectToken } from './forge-token.ts';
 import { tasksClaimable } from './pickup.ts';
 import { branchSource, getProject, getProjectRow } from './projects.ts';
 import { InputValuesSchema } from './schedules.ts';
@@ -143,7 +144,12 @@ async function headOf(ctx: AppContext, projectId: string, ref: string): Promise<
   if (!project) throw new NotFoundError(`project "${projectId}" does not exist`);
   let head: Awaited<ReturnType<typeof resolveHead>>;
   try {
-    head = await resolveHead(branchSource(ctx.config, ctx.keyring, project), ref);
+    // A project served by the GitHub App reads it with its installation's token.
+    const source = {
+      ...branchSource(ctx.config, ctx.keyring, project),
+      token: await projectToken(ctx, project),
+    };
+    head = await resolveHead(source, ref);
   } catch (err) {
     if (err instanceof ForgeUnavailableError) {
       throw new UnavailableError(`${err.message}; give "sha" or try again`, { cause: err });

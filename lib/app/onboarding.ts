@@ -304,6 +304,9 @@ export async function addProjectFromForge(
     parsed.data,
     person,
   );
+  // A project made here has its own webhook (never the app's), so its secret is in the answer.
+  if (!webhook_secret)
+    throw new Error('a project without the GitHub App answers its webhook secret');
   const target = {
     forge: input.forge,
     repo: project.repo,

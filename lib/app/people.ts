@@ -30,7 +30,8 @@ import {
 } from '../people/sessions.ts';
 import { FORGES } from '../states.ts';
 import { auditInstallation } from './audit.ts';
-import { forgeToken, getProjectRow } from './projects.ts';
+import { projectToken } from './forge-token.ts';
+import { getProjectRow } from './projects.ts';
 
 export { ADMIN_BEARER, actorName } from '../people/sessions.ts';
 export type { Action, Decision, Person };
@@ -101,7 +102,17 @@ async function decide(
       };
     }
   }
-  const token = forgeToken(ctx.keyring, project);
+  let token: string | null;
+  try {
+    // A project served by the GitHub App asks with its installation's token.
+    token = await projectToken(ctx, project);
+  } catch (err) {
+    if (err instanceof ForgeUnavailableError) {
+      log('warn', 'the forge did not answer a permission question', { err });
+      return { allowed: false, status: 503, reason: `${name} did not answer; try again.` };
+    }
+    throw err;
+  }
   if (!token) {
     return {
       allowed: false,

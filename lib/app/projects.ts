@@ -10,6 +10,7 @@ import {
 } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import type { BranchSource } from '../forge/branch.ts';
+import { APP_FORGE } from '../forge/github/app.ts';
 import { isLocalRepo } from '../forge/pipeline-file.ts';
 import { forgeOf } from '../forge/registry.ts';
 import { type IdleGate, openGate } from '../idle/gate.ts';
@@ -117,11 +118,20 @@ export const ProjectCreateSchema = z
     bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
     visibility: z.enum(VISIBILITIES).optional(),
     org_groups: OrgGroupsSchema.optional(),
+    /** Served by the GitHub App (lib/app/github-app.ts): no webhook secret, tokens from its installation. */
+    github_app: z.boolean().optional(),
   })
   .superRefine((p, ctx) => {
     const forge = forgeOf(p.forge);
     if (!forge.isRepo(p.repo)) {
       ctx.addIssue({ code: 'custom', path: ['repo'], message: `must be ${forge.repoShape}` });
+    }
+    if (p.github_app && p.forge !== APP_FORGE) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['github_app'],
+        message: 'only a github project can be served by the GitHub App',
+      });
     }
   });
 export type ProjectCreate = z.infer<typeof ProjectCreateSchema>;
@@ -159,6 +169,8 @@ export interface ProjectView {
   /** The names N of the `org:N` concurrency groups its pipelines may use (issue #46). */
   org_groups: string[];
   has_forge_token: boolean;
+  /** Served by the GitHub App: its deliveries, installation tokens and check runs (issue #53). */
+  github_app: boolean;
   /**
    * The repository's default branch as the forge's webhooks last said it
    * (`repository.default_branch`); null until one has, and `main` is assumed.
@@ -179,8 +191,9 @@ export interface ProjectRow extends ProjectView {
 // `commit_statuses` says once, in the view, why a project gets no statuses.
 const VIEW = `id, name, forge, repo, repo_url, forge_url, enabled, cancel_superseded,
   fork_pull_requests, bot_pull_requests, visibility, org_groups, forge_token_enc is not null as has_forge_token,
-  default_branch,
-  case when forge_token_enc is null then 'off: the project has no forge token'
+  github_app, default_branch,
+  case when repo_url ~ '^https?://' and github_app then 'on: check runs through the GitHub App'
+       when forge_token_enc is null then 'off: the project has no forge token'
        when repo_url !~ '^https?://' then 'off: the repository is not on a forge (a local path)'
        else 'on' end as commit_statuses,
   created_at, updated_at`;
@@ -212,13 +225,17 @@ function checkForgeUrl(forge: Forge, repoUrl: string, forgeUrlValue: string | nu
   }
 }
 
-/** Creates a project and answers its webhook secret, which is shown this once. */
+/**
+ * Creates a project and answers its webhook secret, which is shown this once;
+ * a project served by the GitHub App has none to show (the app's secret signs
+ * its deliveries).
+ */
 export async function createProject(
   pool: Pool,
   keyring: Keyring,
   input: ProjectCreate,
   by: Person = ADMIN_BEARER,
-): Promise<{ project: ProjectView; webhook_secret: string }> {
+): Promise<{ project: ProjectView; webhook_secret?: string }> {
   checkForgeUrl(input.forge, input.repo_url, input.forge_url);
   const secret = newWebhookSecret();
   try {
@@ -226,8 +243,8 @@ export async function createProject(
       const { rows } = await tx.query<ProjectView>(
         `insert into projects (id, name, forge, repo, repo_url, forge_url, webhook_secret_enc,
                                forge_token_enc, cancel_superseded, fork_pull_requests, visibility,
-                               bot_pull_requests, org_groups)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                               bot_pull_requests, org_groups, github_app)
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          returning ${VIEW}`,
         [
           input.id,
@@ -246,6 +263,7 @@ export async function createProject(
           input.visibility ?? 'private',
           input.bot_pull_requests ?? 'untrusted',
           input.org_groups ?? [],
+          input.github_app ?? false,
         ],
       );
       return rows[0]!;
@@ -253,9 +271,11 @@ export async function createProject(
     await auditInstallation(pool, by, {
       action: 'project.create',
       subject: project.id,
-      detail: `${project.forge} ${project.repo}${project.org_groups.length > 0 ? `, org groups ${project.org_groups.join(', ')}` : ''}`,
+      detail: `${project.forge} ${project.repo}${project.github_app ? ', served by the GitHub App' : ''}${project.org_groups.length > 0 ? `, org groups ${project.org_groups.join(', ')}` : ''}`,
     });
-    return { project, webhook_secret: secret };
+    // The app's project keeps a sealed secret no one is shown: the column
+    // stays required, and no repository webhook can be set up with it.
+    return project.github_app ? { project } : { project, webhook_secret: secret };
   } catch (err) {
     if (sqlState(err) === SQLSTATE.uniqueViolation) {
       const constraint = (err as { constraint?: string }).constraint;

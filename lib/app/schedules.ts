@@ -41,6 +41,7 @@ import {
 } from '../schedules/store.ts';
 import { SCHEDULE_CATCH_UP } from '../states.ts';
 import { audit, type Person } from './audit.ts';
+import { projectToken } from './forge-token.ts';
 import { branchSource, getProject, getProjectRow } from './projects.ts';
 import { triggerJob } from './trigger.ts';
 
@@ -379,7 +380,12 @@ async function fireOne(
   if (!project) return 'lost';
   let head: HeadResult;
   try {
-    head = await resolveHead(branchSource(ctx.config, ctx.keyring, project), s.ref);
+    // A project served by the GitHub App reads it with its installation's token.
+    const source = {
+      ...branchSource(ctx.config, ctx.keyring, project),
+      token: await projectToken(ctx, project),
+    };
+    head = await resolveHead(source, s.ref);
   } catch (err) {
     if (!(err instanceof ForgeUnavailableError)) throw err;
     // Deferred, keeping its tick: tried again after a backoff (as long as

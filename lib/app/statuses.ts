@@ -1,5 +1,6 @@
 // Delivering commit statuses from the outbox (lib/scheduler/outbox.ts) to
-// GitHub and Gitea (lib/forge/statuses.ts), outside any transaction: right
+// the forges (lib/forge/statuses.ts), or as check runs for a project served
+// by the GitHub App (lib/app/check-runs.ts), outside any transaction: right
 // after the change that wrote them commits (best effort), and from the sweep
 // for whatever is still due, with exponential backoff, until a bounded time
 // has passed. Only the newest row of a commit and context is posted; rows of
@@ -20,11 +21,15 @@ import {
   shortDescription,
 } from '../scheduler/outbox.ts';
 import type { Keyring } from '../secrets.ts';
+import { postCheckRun } from './check-runs.ts';
+import type { AppConfig } from './forge-token.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
 import { describeTests, testTotals } from './reports.ts';
 
 export interface DeliveryOptions {
   githubApiUrl: string;
+  /** The GitHub App's settings: a project it serves gets check runs instead of statuses. */
+  config?: AppConfig;
   /** With it, each status links to `<publicUrl>/jobs/<id>?sig=...` (a signed link, lib/pages/access.ts). */
   publicUrl?: string;
   /** After this long since a row was written, it is given up. Default 24 h. */
@@ -54,6 +59,16 @@ async function post(
   opts: DeliveryOptions,
 ): Promise<void> {
   const project = await getProjectRow(pool, row.project_id);
+  const link = opts.publicUrl
+    ? `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}?sig=${signJobLink(keyring, row.job_id)}`
+    : undefined;
+  if (project?.github_app && opts.config) {
+    await postCheckRun({ config: opts.config, pool, keyring }, project, row, {
+      ...(link ? { detailsUrl: link } : {}),
+      timeoutMs: opts.timeoutMs ?? 10_000,
+    });
+    return;
+  }
   const token = project ? forgeToken(keyring, project) : null;
   if (!project || !token) throw new StatusRefusedError('the project has no forge token');
   // A finished job whose tasks reported tests says how the tests went first.
@@ -76,11 +91,7 @@ async function post(
       pipelineName: row.pipeline_name,
       trusted: row.trusted,
       description,
-      ...(opts.publicUrl
-        ? {
-            targetUrl: `${opts.publicUrl.replace(/\/+$/, '')}/jobs/${row.job_id}?sig=${signJobLink(keyring, row.job_id)}`,
-          }
-        : {}),
+      ...(link ? { targetUrl: link } : {}),
     },
     opts.timeoutMs ?? 10_000,
   );
@@ -134,6 +145,7 @@ export async function deliverStatuses(
 export function statusOptions(ctx: AppContext) {
   return {
     githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
+    config: ctx.config,
     ...(ctx.config.CONDUCTOR_PUBLIC_URL ? { publicUrl: ctx.config.CONDUCTOR_PUBLIC_URL } : {}),
     giveUpAfterS: ctx.config.CONDUCTOR_STATUS_GIVE_UP_H * 3600,
   };

@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import type { AppContext } from '../context.ts';
 import { AppError, BadRequestError, NotFoundError, UnauthorizedError } from '../errors.ts';
+import { APP_FORGE } from '../forge/github/app.ts';
 import { forgeOf } from '../forge/registry.ts';
 import {
   defaultBranchOf,
@@ -25,6 +26,12 @@ import {
 import { log } from '../log.ts';
 import { cancelPullRequest, createJob } from '../scheduler/index.ts';
 import { DEFAULT_FORGE, FORGES } from '../states.ts';
+import {
+  type AppDelivery,
+  asAppDelivery,
+  handleAppDelivery,
+  verifyAppDelivery,
+} from './github-app.ts';
 import {
   findProjectByRepo,
   type ProjectRow,
@@ -145,6 +152,26 @@ export function checkDelivery(
 }
 
 /**
+ * A delivery of the GitHub App (its payload names an `installation`), read
+ * with the 400s of checkDelivery; null for any other delivery.
+ */
+function readAppDelivery(
+  forge: ForgeKind,
+  headers: Record<string, string | undefined>,
+  body: Buffer,
+): AppDelivery | null {
+  if (forge !== APP_FORGE) return null;
+  const { event, delivery, signature } = readWebhookHeaders(forge, headers);
+  let payload: unknown;
+  try {
+    payload = JSON.parse(body.toString('utf8'));
+  } catch {
+    throw new BadRequestError(notJsonMessage(forge, headers, body));
+  }
+  return asAppDelivery({ event, delivery, signature, payload });
+}
+
+/**
  * The command that registers a project for a repository no project has, with
  * what the payload tells of it (its clone URL, and Gitea's base URL): the
  * answer to the first push a newcomer's forge sends.
@@ -195,6 +222,16 @@ export async function handleDelivery(
   body: Buffer,
   receivedAt?: Date,
 ): Promise<{ reply: Reply; verifiedBy?: VerifiedBy }> {
+  // The GitHub App's deliveries carry no project's signature: the app's
+  // secret signs them all (lib/app/github-app.ts).
+  const app = readAppDelivery(forge, headers, body);
+  if (app) {
+    verifyAppDelivery(ctx.config, body, app);
+    const reply = await handleAppDelivery(ctx, app, (project, intent) =>
+      afterVerified(ctx, project, intent, app.delivery, body, app.payload, receivedAt),
+    );
+    return { reply };
+  }
   const { intent, delivery, signature, payload } = checkDelivery(forge, headers, body);
   const project = await findProjectByRepo(ctx.pool, forge, intent.repo);
   if (!project) {
@@ -334,7 +371,20 @@ export async function receiveWebhook(
   receivedAt: Date = new Date(),
 ): Promise<Reply> {
   const intake = intakeOf(ctx);
-  if (intake) {
+  const app = intake ? readAppDelivery(forge, headers, body) : null;
+  if (intake && app) {
+    // The app's secret is configuration: a bad signature is answered 401
+    // without a connection, and a good one is queued while the database resumes.
+    verifyAppDelivery(ctx.config, body, app);
+    if (!(await databaseAnswers(ctx.pool, ctx.config.CONDUCTOR_WEBHOOK_DB_WAIT_MS))) {
+      await intake.queue.send({ forge, headers, body, receivedAt });
+      log('info', 'the database did not answer in time: delivery queued', {
+        delivery: app.delivery,
+        vouched: true,
+      });
+      return { status: 202, body: { queued: true, delivery: app.delivery } };
+    }
+  } else if (intake) {
     // 400s first: they need no database.
     const { intent, delivery, signature } = checkDelivery(forge, headers, body);
     // Then the signature, against the directory: a delivery it refuses is

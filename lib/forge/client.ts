@@ -84,7 +84,7 @@ export function classifyAnswer(status: number, headers: Headers): AnswerKind {
 }
 
 export interface ForgeCall {
-  method?: 'GET' | 'POST' | 'DELETE';
+  method?: 'GET' | 'POST' | 'PATCH' | 'DELETE';
   url: string;
   headers: Record<string, string>;
   body?: string;

@@ -84,7 +84,7 @@ export interface StatusBody {
 
 /** A request to the forge, before the shared client makes it. */
 export interface ForgeRequest {
-  method?: 'GET' | 'POST' | 'DELETE';
+  method?: 'GET' | 'POST' | 'PATCH' | 'DELETE';
   url: string;
   /** A JSON body. */
   body?: unknown;

@@ -11,7 +11,13 @@ import { peopleNow } from './clock.ts';
 /** Who acts: the admin token (a session, or the API's bearer), or a person signed in with a forge. */
 export type Person =
   | { kind: 'admin'; sessionId: string | null }
-  | { kind: 'forge'; forge: ForgeKind; login: string; sessionId: string };
+  | {
+      kind: 'forge';
+      forge: ForgeKind;
+      login: string;
+      /** Null when the person acted on the forge itself (a check run's Re-run on GitHub). */
+      sessionId: string | null;
+    };
 
 /** The admin token's bearer, outside any session (the JSON API). */
 export const ADMIN_BEARER: Person = { kind: 'admin', sessionId: null };

@@ -16,7 +16,8 @@ export function shortDescription(text: string): string {
 
 /**
  * Records a status to post for a job. Nothing is recorded for a project
- * without a forge token or with a local repository: there is no forge to tell.
+ * without a forge token (or the GitHub App) or with a local repository: there
+ * is no forge to tell.
  * `delayS` holds a row back so a quick follow-up can supersede it.
  */
 export async function enqueueStatus(
@@ -30,7 +31,8 @@ export async function enqueueStatus(
     `insert into status_outbox (job_id, state, description, next_attempt_at)
      select j.id, $2, $3, now() + make_interval(secs => $4)
        from jobs j join projects p on p.id = j.project_id
-      where j.id = $1 and p.forge_token_enc is not null and p.repo_url ~ '^https?://'`,
+      where j.id = $1 and (p.forge_token_enc is not null or p.github_app)
+        and p.repo_url ~ '^https?://'`,
     [jobId, state, shortDescription(description), delayS],
   );
 }
@@ -82,8 +84,8 @@ export async function claimStatus(
   return transaction(
     pool,
     async (tx) => {
-      // Locking the open rows of the commit and context serialises their
-      // deliverers. A job's trust changes once at most: a pending job whose
+      // Locking the open rows of the commit and context (of the job, for a
+      // GitHub App project's check runs) serialises their deliverers. A job's trust changes once at most: a pending job whose
       // writers Gitea has yet to confirm (confirm_writers) is settled trusted
       // or not by its compile. Until then its rows have no context and wait
       // (a compile that fails ends the job, and they go as untrusted); after,
@@ -92,9 +94,14 @@ export async function claimStatus(
         `select o.id, coalesce(o.claimed_until > now(), false) as claimed,
                 o.next_attempt_at <= now() as due
            from jobs me
+           join projects p on p.id = me.project_id
            join jobs j on j.project_id = me.project_id and j.sha = me.sha
                       and j.trusted = me.trusted
                       and not (j.state = 'pending' and j.confirm_writers is not null)
+                      -- A GitHub App project reports each job as a check run of
+                      -- its own: its rows are ordered per job, never superseded
+                      -- by another job's (which would leave a run in progress).
+                      and (j.id = me.id or not p.github_app)
            join status_outbox o on o.job_id = j.id and o.result is null
           where me.id = $1 and not (me.state = 'pending' and me.confirm_writers is not null)
           order by o.id

@@ -102,7 +102,7 @@ begin
                  count(*) filter (where t.state = 'cancelled') as cancelled
             from tasks t
            where t.job_id = p_job) c
-   where p.id = v_project and p.forge_token_enc is not null and p.repo_url ~ '^https?://';
+   where p.id = v_project and (p.forge_token_enc is not null or p.github_app) and p.repo_url ~ '^https?://';
   return v_state;
 end
 $$;

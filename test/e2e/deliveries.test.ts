@@ -271,3 +271,15 @@ test('a new push to a branch cancels the unfinished job of the push before it', 
   const newer = await waitForJob(stack, second.body.job_id);
   assert.equal(newer.job.state, 'running');
 });
+
+test("a GitHub App's delivery where no app is configured is refused 404, naming the settings", async () => {
+  const res = await sendWebhook(
+    stack,
+    'github',
+    'push',
+    { ...githubPush('acme/app-less', sha('app-less')), installation: { id: 31337 } },
+    { secret: 'whatever' },
+  );
+  assert.equal(res.status, 404, res.text);
+  assert.match(res.body.error.message, /installation 31337.*CONDUCTOR_GITHUB_APP_ID/);
+});

@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { generateKeyPairSync } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, test } from 'node:test';
@@ -20,6 +22,14 @@ const secrets: Record<string, unknown> = {
   // The split layout: the admin token alone, and the sealing key as the raw value.
   'arn:admin': { admin_token: 'admin-token-alone' },
   'arn:key': `${'ab'.repeat(32)}\n`,
+  'arn:github-app': {
+    app_id: '424242',
+    webhook_secret: 'the-app-webhook-secret',
+    private_key: generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({
+      type: 'pkcs1',
+      format: 'pem',
+    }),
+  },
 };
 const tokens: string[] = [];
 const server = createServer((req, res) => {
@@ -135,4 +145,32 @@ test('a secret the extension cannot read fails the cold start with its ARN', asy
     }),
     /reading secret arn:missing failed: HTTP 400/,
   );
+});
+
+test('deployed, the GitHub App comes from its secret: the key is written to a file only this user reads, never to the environment', async () => {
+  const env: NodeJS.ProcessEnv = {
+    PARAMETERS_SECRETS_EXTENSION_HTTP_PORT: port,
+    CONDUCTOR_DB_SECRET_ARN: 'arn:db',
+    CONDUCTOR_SECRET_KEY_ARN: 'arn:key',
+    CONDUCTOR_GITHUB_APP_SECRET_ARN: 'arn:github-app',
+  };
+  const ctx = await contextFromEnv(env);
+  try {
+    assert.equal(ctx.config.CONDUCTOR_GITHUB_APP_ID, '424242');
+    assert.equal(ctx.config.CONDUCTOR_GITHUB_APP_WEBHOOK_SECRET, 'the-app-webhook-secret');
+    const file = ctx.config.CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE;
+    assert.ok(file);
+    assert.equal(
+      readFileSync(file, 'utf8'),
+      (secrets['arn:github-app'] as { private_key: string }).private_key,
+    );
+    assert.equal(statSync(file).mode & 0o777, 0o600);
+    assert.equal(
+      Object.values(env).some((v) => v?.includes('PRIVATE KEY')),
+      false,
+      'the key is in no environment variable',
+    );
+  } finally {
+    await ctx.pool.end();
+  }
 });

@@ -683,3 +683,49 @@ test("every shape passes synthesis' CloudFormation schema check, so `npm run syn
     assert.equal(found.acknowledged.length, natInstance ? 1 : 0, shape);
   }
 });
+
+describe('the GitHub App', () => {
+  const withApp = synth(bundles, { githubApp: true });
+  const resources = withApp.json.Resources as Record<string, { Type: string }>;
+  const secretId = Object.keys(resources).find((id) => id.startsWith('GitHubAppSecret'));
+
+  test('githubApp adds its secret, which only the functions that call GitHub may read, by ARN', () => {
+    assert.ok(secretId, 'a GitHubAppSecret resource');
+    assert.equal(resources[secretId]?.Type, 'AWS::SecretsManager::Secret');
+    assert.equal(
+      Object.keys(byDefault.json.Resources as object).some((id) =>
+        id.startsWith('GitHubAppSecret'),
+      ),
+      false,
+      'no app secret by default',
+    );
+    const readers = ['webhook', 'webhookQueue', 'api', 'compile', 'complete', 'sweep'];
+    for (const name of FUNCTION_NAMES) {
+      const env = envOf(withApp, name);
+      const roleId = logicalId(withApp.stack, withApp.stack.functions[name].role as iam.Role);
+      const reads = policyStatements(withApp.json)
+        .filter(({ roles }) => roles.includes(roleId))
+        .filter(({ statement }) =>
+          asList(statement.Action).includes('secretsmanager:GetSecretValue'),
+        )
+        .flatMap(({ statement }) => asList(statement.Resource as unknown[]));
+      const mayRead = readers.includes(name);
+      assert.equal(
+        reads.some((r) => JSON.stringify(r) === JSON.stringify({ Ref: secretId })),
+        mayRead,
+        name,
+      );
+      assert.deepEqual(
+        env.CONDUCTOR_GITHUB_APP_SECRET_ARN,
+        mayRead ? { Ref: secretId } : undefined,
+        name,
+      );
+      for (const key of [
+        'CONDUCTOR_GITHUB_APP_PRIVATE_KEY_FILE',
+        'CONDUCTOR_GITHUB_APP_WEBHOOK_SECRET',
+      ]) {
+        assert.equal(env[key], undefined, `${name} has ${key}`);
+      }
+    }
+  });
+});
