@@ -67,7 +67,7 @@ const ALLOWED: Record<string, readonly string[]> = {
     'context',
     'primitives',
   ],
-  pages: ['people', 'scheduler', 'storage', 'http', 'db', 'context', 'primitives'],
+  pages: ['people', 'scheduler', 'storage', 'fleet', 'http', 'db', 'context', 'primitives'],
   people: ['forge', 'db', 'context', 'primitives'],
   http: ['db', 'primitives'],
   scheduler: ['pipeline', 'db', 'primitives'],
