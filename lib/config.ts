@@ -152,6 +152,19 @@ export const ConfigSchema = z.object({
   CONDUCTOR_ARTIFACT_PROJECT_MAX_BYTES: positiveInt(2 ** 50).default(200 * 1024 ** 3),
   /** A project's cache quota: past it, entries unused for 7 days go first, then the least recently used. */
   CONDUCTOR_CACHE_QUOTA_BYTES: positiveInt(2 ** 50).default(10 * 1024 ** 3),
+  // The push channel (docs/runner.md, "The push channel"; issue #52).
+  /** The WebSocket URL runners connect to (API Gateway's wss://…/stage); unset: no channel offered. */
+  CONDUCTOR_CHANNEL_URL: z
+    .string()
+    .url()
+    .regex(/^wss?:\/\//i, 'must be a ws:// or wss:// URL')
+    .optional(),
+  /** Its management API (https://…/stage), where hints are posted to connections. */
+  CONDUCTOR_CHANNEL_ENDPOINT: z.string().url().optional(),
+  /** The bucket of its connection registry; unset: the idle gate's. */
+  CONDUCTOR_CHANNEL_BUCKET: z.string().min(1).optional(),
+  /** The S3 endpoint of that bucket (tests, private endpoints); unset: the region's. */
+  CONDUCTOR_CHANNEL_S3_ENDPOINT: z.string().url().optional(),
   // Runner pools (docs/runner.md, "Runner pools").
   /** The ECS API's endpoint for the ecs provider (tests, private endpoints); unset: the region's. */
   CONDUCTOR_ECS_ENDPOINT: z.string().url().optional(),

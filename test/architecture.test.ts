@@ -60,6 +60,7 @@ const ALLOWED: Record<string, readonly string[]> = {
     'idle',
     'storage',
     'pickup',
+    'channel',
     'fleet',
     'http',
     'pipeline',
@@ -76,6 +77,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   idle: ['forge', 'db', 'primitives'],
   storage: ['db', 'primitives'],
   pickup: ['primitives'],
+  channel: ['primitives'],
   fleet: ['db', 'primitives'],
   pipeline: ['primitives'],
   context: ['db', 'forge', 'idle', 'storage', 'pickup', 'fleet', 'primitives'],
@@ -85,6 +87,7 @@ const ALLOWED: Record<string, readonly string[]> = {
 const SELF_IMPORTS = new Set(Object.keys(ALLOWED).filter((part) => part !== 'functions'));
 const FOLDERS = [
   'app',
+  'channel',
   'db',
   'fleet',
   'forge',
