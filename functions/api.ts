@@ -355,22 +355,22 @@ Object.assign(routes, {
 
 // Runner pools (docs/runner.md, "Runner pools"): the admin's, by name.
 Object.assign(routes, {
-  'POST /v1/pools': async (event, ctx) => ({
+  'POST /v1/pools': async (event, ctx, by) => ({
     status: 201,
-    body: { pool: await createPool(ctx, jsonBody(event, PoolCreateSchema)) },
+    body: { pool: await createPool(ctx, jsonBody(event, PoolCreateSchema), by) },
   }),
   'GET /v1/pools': async (_event, ctx) => ({
     status: 200,
     body: { pools: await listPools(ctx) },
   }),
-  'PATCH /v1/pools/{name}': async (event, ctx) => ({
+  'PATCH /v1/pools/{name}': async (event, ctx, by) => ({
     status: 200,
     body: {
-      pool: await updatePool(ctx, pathParam(event, 'name'), jsonBody(event, PoolUpdateSchema)),
+      pool: await updatePool(ctx, pathParam(event, 'name'), jsonBody(event, PoolUpdateSchema), by),
     },
   }),
-  'DELETE /v1/pools/{name}': async (event, ctx) => {
-    await deletePool(ctx, pathParam(event, 'name'));
+  'DELETE /v1/pools/{name}': async (event, ctx, by) => {
+    await deletePool(ctx, pathParam(event, 'name'), by);
     return { status: 204 };
   },
 } satisfies Record<string, Route>);

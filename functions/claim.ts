@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { channelOffer } from '../lib/app/channel.ts';
 import { answerFromClosedGate, claimForRunner } from '../lib/app/claim.ts';
 import { MAX_CLAIM_WAIT_S } from '../lib/app/pickup.ts';
 import { requireWorker } from '../lib/app/workers.ts';
@@ -74,7 +75,17 @@ async function main(
   const signals = [opts?.signal, gone].filter((s): s is AbortSignal => s !== undefined);
   const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
   const task = await claimForRunner(ctx, tokenHash, labels, { key, signal, waitS });
-  return task ? { status: 200, body: { task } } : { status: 204 };
+  if (task) return { status: 200, body: { task } };
+  // A runner without the push channel asks for it (docs/runner.md, "The push
+  // channel"); offered only where one is configured (AWS).
+  const offer =
+    header(event, 'conductor-channel') === 'want' ? await channelOffer(ctx, tokenHash) : undefined;
+  return offer
+    ? {
+        status: 204,
+        headers: { 'conductor-channel-url': offer.url, 'conductor-channel-ticket': offer.ticket },
+      }
+    : { status: 204 };
 }
 
 export const handler = httpFunction(main);

@@ -224,22 +224,22 @@ export function runnersCost(t: Template, runners: number, p = PRICES): CostLine[
 }
 
 /**
- * The pickup channel on AWS (#52), per idle runner, a design with its
- * figures (not deployed yet): an API Gateway WebSocket API the runner holds
- * open. `$connect` checks the worker token against the idle gate's bucket
- * (lib/idle/workers.ts; a token the bucket cannot answer for is refused, and
- * that runner polls) and writes the connection to a registry in the same
- * bucket (`pickup/<connection id>`, with the worker's labels), `$disconnect`
- * deletes it; neither opens a database connection, so an idle runner never
- * wakes Aurora. After a commit that makes tasks claimable the function that
- * made it lists the registry and posts a wake-up to each connection
- * (PostToConnection); the runner then claims over HTTPS as it does now. A
- * long poll would instead hold a claim Lambda per idle runner (512 MB
- * around the clock: about $17.50 a month). The socket is reopened every 2
- * hours (API Gateway's limit) and kept alive with a message every 9 minutes
- * (its idle limit is 10, and it answers no protocol ping); while it is up the
- * runner claims every `pushedRunnerPollS` all the same, so a lost wake-up
- * costs at most that, and without it the runner polls as today.
+ * The push channel on AWS (#52), per idle runner (lib/app/channel.ts,
+ * functions/channel.ts): an API Gateway WebSocket API the runner holds open.
+ * An empty claim offers it with a ticket signed by the control plane (the
+ * worker's scope and an expiry; made from the gate's copy of the token when
+ * the gate is closed), `$connect` checks the ticket's signature and writes
+ * the connection to a registry in the gate's bucket (`channel/<id>.json`),
+ * `$disconnect` deletes it; neither opens a database connection, so an idle
+ * runner never wakes Aurora. After a commit that makes tasks claimable the
+ * function that made it lists the registry and posts a hint to each matching
+ * connection (POST @connections); the runner then claims over HTTPS as it
+ * does now. A long poll would instead hold a claim Lambda per idle runner
+ * (512 MB around the clock: about $17.50 a month). The socket is reopened
+ * every 2 hours (API Gateway's limit) and kept alive with a message every 9
+ * minutes (its idle limit is 10, and it answers no protocol ping); while it
+ * is up the runner claims every `pushedRunnerPollS` all the same, so a lost
+ * hint costs at most that, and without it the runner polls as today.
  */
 export function pushChannelCost(p = PRICES): CostLine[] {
   const seconds = p.hoursPerMonth * 3600;
@@ -258,10 +258,11 @@ export function pushChannelCost(p = PRICES): CostLine[] {
       monthly: (keepalives * p.wsMessagePerMillion) / 1e6,
     },
     {
-      item: `reconnects every ${p.wsMaxConnectionS / 3600} h: $connect/$disconnect Lambdas, a token read, a registry write`,
+      item: `reconnects every ${p.wsMaxConnectionS / 3600} h: the claim that offers a ticket, $connect/$disconnect Lambdas, a registry write (its delete is free)`,
       monthly:
+        (connects * p.httpApiPerMillion) / 1e6 +
+        lambda(connects, p.closedClaimMs) +
         2 * lambda(connects, p.wsRouteMs) +
-        (connects * p.s3GetPerThousand) / 1000 +
         (connects * p.s3PutPerThousand) / 1000,
     },
     {
@@ -358,7 +359,7 @@ if (process.argv[1]?.endsWith('cost.ts')) {
     console.log(`  total: $${total(idle).toFixed(2)}`);
   }
   const pushed = pushChannelCost();
-  console.log('\nan idle runner on the push channel (design, #52):');
+  console.log('\nan idle runner on the push channel (#52):');
   for (const l of pushed) console.log(`  ${l.item.padEnd(80)} $${l.monthly.toFixed(4)}`);
   console.log(`  total: $${total(pushed).toFixed(3)}`);
   const idle = idleCost(t);

@@ -73,6 +73,10 @@ export function signedHeaders(req: {
   method: string;
   host: string;
   path: string;
+  /** The canonical query string (names sorted, names and values uriEncoded); none by default. */
+  query?: string;
+  /** The path as signed, when it differs from `path` (services other than S3 encode it again). */
+  canonicalPath?: string;
   body?: Buffer | string;
   service: string;
   region: string;
@@ -91,8 +95,8 @@ export function signedHeaders(req: {
   const names = Object.keys(headers).sort();
   const canonical = [
     req.method,
-    req.path,
-    '',
+    req.canonicalPath ?? req.path,
+    req.query ?? '',
     ...names.map((n) => `${n}:${headers[n]}`),
     '',
     names.join(';'),

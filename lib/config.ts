@@ -187,6 +187,19 @@ export const ConfigSchema = z.object({
   CONDUCTOR_SMTP_FROM: z.string().email().default('conductor@localhost'),
   /** A notification still undelivered this long after its job finished is given up. */
   CONDUCTOR_NOTIFY_GIVE_UP_H: positiveInt(24 * 7).default(6),
+  // The push channel (docs/runner.md, "The push channel"; issue #52).
+  /** The WebSocket URL runners connect to (API Gateway's wss://…/stage); unset: no channel offered. */
+  CONDUCTOR_CHANNEL_URL: z
+    .string()
+    .url()
+    .regex(/^wss?:\/\//i, 'must be a ws:// or wss:// URL')
+    .optional(),
+  /** Its management API (https://…/stage), where hints are posted to connections. */
+  CONDUCTOR_CHANNEL_ENDPOINT: z.string().url().optional(),
+  /** The bucket of its connection registry; unset: the idle gate's. */
+  CONDUCTOR_CHANNEL_BUCKET: z.string().min(1).optional(),
+  /** The S3 endpoint of that bucket (tests, private endpoints); unset: the region's. */
+  CONDUCTOR_CHANNEL_S3_ENDPOINT: z.string().url().optional(),
   // Runner pools (docs/runner.md, "Runner pools").
   /** The ECS API's endpoint for the ecs provider (tests, private endpoints); unset: the region's. */
   CONDUCTOR_ECS_ENDPOINT: z.string().url().optional(),

@@ -41,6 +41,9 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
   --claim-wait-s N     how long one claim waits for a task where the control
                        plane offers it (a long poll; default 25, at most 25;
                        0 polls only)
+  --channel-poll-s N   with the push channel up (offered on AWS), the longest
+                       wait between claims: what a lost hint costs at most
+                       (default 300; 0 never uses the channel)
   --grace-s N          on SIGTERM, how long running tasks may finish before
                        they are given back (default 30)
   --kill-grace-s N     between SIGTERM and SIGKILL when a script is stopped (default 5)
@@ -96,6 +99,11 @@ export const RunnerArgsSchema = z.object({
     .min(0, '--claim-wait-s must be at least 0')
     .max(25, '--claim-wait-s must be at most 25')
     .default(25),
+  'channel-poll-s': z.coerce
+    .number({ error: '--channel-poll-s must be a number' })
+    .min(0, '--channel-poll-s must be at least 0')
+    .max(3600, '--channel-poll-s must be at most 3600')
+    .default(300),
   'grace-s': seconds('grace-s', 0).default(30),
   'kill-grace-s': seconds('kill-grace-s', 0).default(5),
   'http-timeout-s': seconds('http-timeout-s', 1).default(30),
@@ -130,6 +138,7 @@ export async function parseRunnerArgs(
       'default-image': { type: 'string' },
       'poll-max-s': { type: 'string' },
       'claim-wait-s': { type: 'string' },
+      'channel-poll-s': { type: 'string' },
       'grace-s': { type: 'string' },
       'kill-grace-s': { type: 'string' },
       'http-timeout-s': { type: 'string' },
@@ -176,6 +185,7 @@ export async function parseRunnerArgs(
     ...(a['default-image'] ? { defaultImage: a['default-image'] } : {}),
     pollMaxMs: a['poll-max-s'] * 1000,
     claimWaitS: a['claim-wait-s'],
+    channelPollMs: a['channel-poll-s'] * 1000,
     graceMs: a['grace-s'] * 1000,
     killGraceMs: a['kill-grace-s'] * 1000,
     httpTimeoutMs: a['http-timeout-s'] * 1000,

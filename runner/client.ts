@@ -97,6 +97,8 @@ export interface CallOptions {
   timeoutMs?: number;
   /** Stops the call and its retries. */
   signal?: AbortSignal;
+  /** More request headers. */
+  headers?: Record<string, string>;
 }
 
 /** A claim's options: a call's, and the long poll's wait. */
@@ -107,11 +109,20 @@ export interface ClaimOptions extends CallOptions {
    * long poll answers at once.
    */
   waitS?: number;
+  /** Asks for the push channel (`Conductor-Channel: want`); its offer is kept in `channelOffer`. */
+  wantChannel?: boolean;
+}
+
+/** Where the push channel is and the ticket that opens it (a claim's 204 offers them on AWS). */
+export interface ChannelOffer {
+  url: string;
+  ticket: string;
 }
 
 export interface Answer {
   status: number;
   body: unknown;
+  headers?: Headers;
   /** The server's clock when it answered (the Date header), in ms since the epoch. */
   serverTime: number | undefined;
 }
@@ -128,6 +139,8 @@ export class RunnerClient {
   private readonly token: string;
   private readonly timeoutMs: number;
   private readonly doFetch: typeof fetch;
+  /** The push channel the last empty claim offered, if it did. */
+  channelOffer: ChannelOffer | undefined;
 
   constructor(opts: ClientOptions) {
     this.url = opts.url.replace(/\/+$/, '');
@@ -145,13 +158,23 @@ export class RunnerClient {
     labels: string[] | undefined,
     opts: ClaimOptions = {},
   ): Promise<{ task: Task; serverTime: number | undefined } | null> {
-    const { waitS = 0, ...call } = opts;
+    const { waitS = 0, wantChannel, ...call } = opts;
     const answer = await this.post(
       waitS > 0 ? `/v1/runner/claim?wait=${waitS}` : '/v1/runner/claim',
       labels ? { labels } : {},
-      waitS > 0 ? { ...call, timeoutMs: (call.timeoutMs ?? this.timeoutMs) + waitS * 1000 } : call,
+      {
+        ...(waitS > 0
+          ? { ...call, timeoutMs: (call.timeoutMs ?? this.timeoutMs) + waitS * 1000 }
+          : call),
+        ...(wantChannel ? { headers: { 'conductor-channel': 'want' } } : {}),
+      },
     );
-    if (answer.status === 204) return null;
+    if (answer.status === 204) {
+      const url = answer.headers?.get('conductor-channel-url');
+      const ticket = answer.headers?.get('conductor-channel-ticket');
+      this.channelOffer = url && ticket ? { url, ticket } : undefined;
+      return null;
+    }
     const raw = ClaimAnswerSchema.safeParse(answer.body);
     const parsed = TaskSchema.safeParse(raw.success ? raw.data.task : undefined);
     if (!parsed.success) {
@@ -244,6 +267,7 @@ export class RunnerClient {
           authorization: `Bearer ${this.token}`,
           'content-type': 'application/json',
           ...(opts.idempotencyKey ? { 'idempotency-key': opts.idempotencyKey } : {}),
+          ...opts.headers,
         },
         body: JSON.stringify(body),
         signal,
@@ -279,6 +303,7 @@ export class RunnerClient {
     return {
       status: res.status,
       body: parsed,
+      headers: res.headers,
       serverTime: Number.isNaN(serverTime) ? undefined : serverTime,
     };
   }

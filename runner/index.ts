@@ -7,6 +7,7 @@ import { tmpdir, userInfo } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { log as defaultLog } from '../lib/log.ts';
 import { Backoff, pause } from './backoff.ts';
+import { PushChannel } from './channel.ts';
 import {
   HttpStatusError,
   isRetryable,
@@ -91,6 +92,12 @@ export interface RunnerOptions {
    * with the backoff above. Default 25 s.
    */
   claimWaitS?: number;
+  /**
+   * With the push channel up (offered by the control plane on AWS), the
+   * longest wait between two claims: what a lost hint costs at most.
+   * Default 300 s. 0 never uses the channel.
+   */
+  channelPollMs?: number;
   /** How long `stop()` lets running tasks finish before giving them back. Default 30 s. */
   graceMs?: number;
   /** Between SIGTERM and SIGKILL when a script is stopped. Default 5 s. */
@@ -129,6 +136,8 @@ export interface Runner {
   readonly done: Promise<void>;
   /** The tasks running now. */
   running(): number;
+  /** Whether the push channel is up (the control plane offered it, and the socket is open). */
+  channelUp(): boolean;
 }
 
 /**
@@ -336,6 +345,8 @@ class PollingRunner implements Runner {
   private graceTimer: NodeJS.Timeout | undefined;
   /** With `once`: the one task, once claimed. */
   private only: TaskRun | undefined;
+  /** The push channel, while the claim loop runs (tests look at whether it is up). */
+  channel: PushChannel | undefined;
 
   constructor(
     private readonly options: RunnerOptions,
@@ -344,6 +355,10 @@ class PollingRunner implements Runner {
     this.done = this.loop();
     // Whoever only calls stop() must not meet an unhandled rejection.
     this.done.catch(() => {});
+  }
+
+  channelUp(): boolean {
+    return this.channel?.up ?? false;
   }
 
   running(): number {
@@ -388,6 +403,14 @@ class PollingRunner implements Runner {
     // may have granted the first, and answers the same grant to the same key.
     let claimKey: string | undefined;
     const waitS = Math.min(25, Math.max(0, Math.floor(this.options.claimWaitS ?? 25)));
+    // The push channel (where offered): not for a one-claim runner, which
+    // is launched for a task already queued.
+    const channelPollMs = this.options.channelPollMs ?? 300_000;
+    const channel =
+      this.options.once || channelPollMs === 0
+        ? undefined
+        : new PushChannel((level, message, data) => log(level, message, data));
+    this.channel = channel;
     const idleUntil =
       this.options.once && this.options.idleLimitMs !== undefined
         ? Date.now() + this.options.idleLimitMs
@@ -406,8 +429,10 @@ class PollingRunner implements Runner {
         claimKey ??= newClaimKey();
         const asked = Date.now();
         // A runner with an idle limit waits no longer than what is left of it.
-        const pollS =
-          idleUntil === undefined
+        // With the push channel up, the hint replaces the long poll.
+        const pollS = channel?.up
+          ? 0
+          : idleUntil === undefined
             ? waitS
             : Math.min(waitS, Math.max(0, Math.ceil((idleUntil - asked) / 1000)));
         // A long poll is the one claim stop() cuts short: the control plane
@@ -416,6 +441,7 @@ class PollingRunner implements Runner {
         const claimed = await client.claim(this.options.labels, {
           idempotencyKey: claimKey,
           ...(pollS > 0 ? { waitS: pollS, signal: this.idle.signal } : {}),
+          ...(channel && !channel.connecting ? { wantChannel: true } : {}),
         });
         claimKey = undefined;
         if (failing > 0) log('info', 'the control plane answers again', { failures: failing });
@@ -426,6 +452,18 @@ class PollingRunner implements Runner {
               idle_limit_s: (this.options.idleLimitMs ?? 0) / 1000,
             });
             break;
+          }
+          if (channel && !channel.connecting && client.channelOffer) {
+            channel.open(client.channelOffer);
+          }
+          if (channel?.up) {
+            // Told, not polling: claim on a hint, or after channelPollMs
+            // all the same (a hint lost costs at most that).
+            const why = await channel.wait(channelPollMs, this.idle.signal);
+            if (why !== 'down') {
+              backoff.reset();
+              continue;
+            }
           }
           // The control plane waited out the long poll: ask again at once.
           // It answered sooner: it offers no wait (or its channel is down),
@@ -470,6 +508,7 @@ class PollingRunner implements Runner {
         await pause(retryDelay(err, backoff), this.idle.signal);
       }
     }
+    channel?.close();
     while (this.active.size > 0) await Promise.race([...this.active].map((r) => r.done));
     clearTimeout(this.graceTimer);
     await this.parts.leftovers?.unregister().catch(() => {});

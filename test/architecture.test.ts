@@ -60,6 +60,7 @@ const ALLOWED: Record<string, readonly string[]> = {
     'idle',
     'storage',
     'pickup',
+    'channel',
     'fleet',
     'reports',
     'notify',
@@ -69,7 +70,7 @@ const ALLOWED: Record<string, readonly string[]> = {
     'context',
     'primitives',
   ],
-  pages: ['people', 'scheduler', 'storage', 'reports', 'http', 'db', 'context', 'primitives'],
+  pages: ['people', 'scheduler', 'storage', 'reports', 'fleet', 'http', 'db', 'context', 'primitives'],
   people: ['forge', 'db', 'context', 'primitives'],
   http: ['db', 'primitives'],
   scheduler: ['pipeline', 'db', 'primitives'],
@@ -78,6 +79,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   idle: ['forge', 'db', 'primitives'],
   storage: ['db', 'primitives'],
   pickup: ['primitives'],
+  channel: ['primitives'],
   fleet: ['db', 'primitives'],
   reports: ['db', 'primitives'],
   notify: ['forge', 'pipeline', 'db', 'primitives'],
@@ -89,6 +91,7 @@ const ALLOWED: Record<string, readonly string[]> = {
 const SELF_IMPORTS = new Set(Object.keys(ALLOWED).filter((part) => part !== 'functions'));
 const FOLDERS = [
   'app',
+  'channel',
   'db',
   'fleet',
   'forge',

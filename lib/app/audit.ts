@@ -8,6 +8,7 @@ import { log } from '../log.ts';
 import {
   type AuditEntry,
   type AuditEvent,
+  type CONTROL_PLANE,
   type InstallationEntry,
   type InstallationEvent,
   insertAuditEvent,
@@ -18,6 +19,7 @@ import {
 } from '../people/audit.ts';
 import type { Person } from '../people/sessions.ts';
 
+export { CONTROL_PLANE } from '../people/audit.ts';
 export type { AuditEntry, Person };
 
 /**
@@ -81,12 +83,13 @@ export async function listProjectAudit(
 
 /**
  * Records an event of the installation (a project created or deleted, a
- * worker registered or revoked, a session ended), after it committed; as
+ * worker registered or revoked, a session ended, a pool changed, a pool's
+ * runner launched or its worker revoked), after it committed; as
  * `audit`, a row that cannot be written is logged and the action stands.
  */
 export async function auditInstallation(
   db: Queryable,
-  person: Person,
+  person: Person | typeof CONTROL_PLANE,
   entry: InstallationEntry,
 ): Promise<void> {
   try {

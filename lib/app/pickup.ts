@@ -7,6 +7,7 @@
 // the woken claims run conductor_claim like any other.
 import type { AppContext } from '../context.ts';
 import { log } from '../log.ts';
+import { hintRunners } from './channel.ts';
 import { afterTasksClaimable } from './pools.ts';
 
 /** Which transition made tasks claimable (for the log line, and for whoever else listens). */
@@ -21,7 +22,7 @@ export type ClaimableWhy =
 
 /**
  * Called after each commit that may have made a task claimable: wakes the
- * waiting claims, then lets the runner pools launch runners for what no idle
+ * waiting claims and the runners on the push channel, and lets the runner pools launch runners for what no idle
  * runner takes (lib/app/pools.ts). Never throws; what a hint leaves undone,
  * the next claim or the sweep does.
  */
@@ -31,7 +32,9 @@ export async function tasksClaimable(
   jobId?: string,
 ): Promise<void> {
   wakeClaims(ctx, why, jobId);
-  await afterTasksClaimable(ctx);
+  // On AWS, the runners holding the push channel (lib/app/channel.ts): a
+  // hint posted through API Gateway, never a grant.
+  await Promise.all([hintRunners(ctx, jobId), afterTasksClaimable(ctx)]);
 }
 
 /** Wakes the waiting claims only (the sweep, which reconciles the pools itself). Never throws. */

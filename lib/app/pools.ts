@@ -34,7 +34,9 @@ import { LaunchError, type Providers } from '../fleet/provider.ts';
 import { hashToken, newToken } from '../http/auth.ts';
 import { publishWorker } from '../idle/workers.ts';
 import { log } from '../log.ts';
+import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import { POOL_PROVIDERS } from '../states.ts';
+import { auditInstallation, CONTROL_PLANE } from './audit.ts';
 import { LABEL } from './workers.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -146,12 +148,29 @@ async function checkProjects(ctx: AppContext, projects: string[] | '*'): Promise
 
 const noPoolsSeen = new WeakMap<AppContext, number>();
 
+// A pool as the installation's audit names it: its provider, trust, labels,
+// projects and max (its settings may name hosts and buckets: left out).
+function poolDetail(p: Omit<PoolRow, 'created_at' | 'updated_at'>): string {
+  const labels = p.labels.length > 0 ? p.labels.join(', ') : 'none';
+  const scope = p.projects === '*' ? 'every project' : `projects ${p.projects.join(', ')}`;
+  return `${p.name}: ${p.provider}, ${p.trust}; labels ${labels}; ${scope}; max ${p.max}`;
+}
+
 /** Creates a pool (admin). A name taken is a 409. */
-export async function createPool(ctx: AppContext, input: PoolCreate): Promise<PoolView> {
+export async function createPool(
+  ctx: AppContext,
+  input: PoolCreate,
+  by: Person = ADMIN_BEARER,
+): Promise<PoolView> {
   checkSettings(ctx, input);
   await checkProjects(ctx, input.projects);
   const row = await insertPool(ctx.pool, input);
   if (!row) throw new ConflictError(`pool ${input.name} already exists`);
+  await auditInstallation(ctx.pool, by, {
+    action: 'pool.create',
+    subject: row.name,
+    detail: poolDetail(row),
+  });
   noPoolsSeen.delete(ctx);
   // Tasks already queued may be the new pool's.
   await afterTasksClaimable(ctx);
@@ -168,6 +187,7 @@ export async function updatePool(
   ctx: AppContext,
   name: string,
   input: PoolUpdate,
+  by: Person = ADMIN_BEARER,
 ): Promise<PoolView> {
   const current = await getPoolView(ctx.pool, name);
   if (!current) throw new NotFoundError(`pool ${name} does not exist`);
@@ -176,15 +196,30 @@ export async function updatePool(
   if (input.projects) await checkProjects(ctx, input.projects);
   const row = await updatePoolRow(ctx.pool, name, input);
   if (!row) throw new NotFoundError(`pool ${name} does not exist`);
+  const changed = Object.keys(input).sort().join(', ');
+  await auditInstallation(ctx.pool, by, {
+    action: 'pool.update',
+    subject: name,
+    detail: `${poolDetail(row)} (changed: ${changed || 'nothing'})`,
+  });
   await afterTasksClaimable(ctx);
   return (await getPoolView(ctx.pool, name))!;
 }
 
 /** Deletes a pool (admin); the sweep ends its launches and revokes their workers. */
-export async function deletePool(ctx: AppContext, name: string): Promise<void> {
+export async function deletePool(
+  ctx: AppContext,
+  name: string,
+  by: Person = ADMIN_BEARER,
+): Promise<void> {
   const pool = await getPoolView(ctx.pool, name);
   if (!pool || !(await deletePoolRow(ctx.pool, name)))
     throw new NotFoundError(`pool ${name} does not exist`);
+  await auditInstallation(ctx.pool, by, {
+    action: 'pool.delete',
+    subject: name,
+    detail: poolDetail(pool),
+  });
   // Its runners are stopped now, while its provider and settings are known
   // (the sweep no longer knows them): their launches end and their workers
   // are revoked. A stop that fails leaves a runner whose worker is revoked,
@@ -195,7 +230,7 @@ export async function deletePool(ctx: AppContext, name: string): Promise<void> {
       ?.stop(pool, l.provider_ref)
       .catch((err) => log('warn', "could not stop a deleted pool's runner", { pool: name, err }));
     await endLaunch(ctx.pool, l.id, 'its pool was deleted');
-    await revokedInGate(ctx, l.worker_id);
+    await launchEnded(ctx, l.worker_id);
   }
 }
 
@@ -294,6 +329,11 @@ async function carryOut(ctx: AppContext, launches: DecidedLaunch[]): Promise<num
           await provider.stop(l.pool, ref).catch(() => {});
           return false;
         }
+        await auditInstallation(ctx.pool, CONTROL_PLANE, {
+          action: 'pool.launch',
+          subject: l.workerId,
+          detail: `${l.pool.name}: ${l.pool.provider} runner ${ref} for a task of project ${l.projectId}${l.tries > 1 ? ` (try ${l.tries})` : ''}`,
+        });
         return true;
       } catch (err) {
         const message = err instanceof Error ? err.message : String(err);
@@ -313,17 +353,35 @@ async function carryOut(ctx: AppContext, launches: DecidedLaunch[]): Promise<num
   return results.filter(Boolean).length;
 }
 
-/** Revokes a launch's worker in the idle gate too (the database did it with the launch's end). */
-async function revokedInGate(ctx: AppContext, workerId: string): Promise<void> {
-  if (!ctx.gate) return;
+/**
+ * A launch ended and the database revoked its worker: the installation's
+ * audit says so (with why, as the launch row keeps it), and the idle gate
+ * revokes the token too.
+ */
+async function launchEnded(ctx: AppContext, workerId: string): Promise<void> {
   const { rows } = await ctx.pool.query<{
     token_hash: Buffer;
     labels: string[];
     untrusted: boolean;
     projects: string[] | null;
-  }>('select token_hash, labels, untrusted, projects from workers where id = $1', [workerId]);
+    pool: string | null;
+    why: string | null;
+    started: boolean;
+  }>(
+    `select w.token_hash, w.labels, w.untrusted, w.projects, l.pool, l.error as why,
+            l.started_at is not null as started
+       from workers w left join runner_launches l on l.worker_id = w.id
+      where w.id = $1`,
+    [workerId],
+  );
   const w = rows[0];
   if (!w) return;
+  await auditInstallation(ctx.pool, CONTROL_PLANE, {
+    action: 'pool.revoke',
+    subject: workerId,
+    detail: `${w.pool ?? 'a deleted pool'}: ${w.why ?? (w.started ? 'its runner finished' : 'never launched')}`,
+  });
+  if (!ctx.gate) return;
   await publishWorker(ctx.gate, w.token_hash, {
     labels: w.labels,
     projects: w.projects ?? '*',
@@ -342,7 +400,7 @@ export async function runnerExited(ctx: AppContext, launchId: string, ref: strin
   try {
     const worker = await endExited(ctx.pool, launchId, ref);
     if (!worker) return;
-    await revokedInGate(ctx, worker);
+    await launchEnded(ctx, worker);
     await afterTasksClaimable(ctx);
   } catch (err) {
     log('warn', 'could not end the launch of a runner that exited; the sweep will', { err });
@@ -394,7 +452,7 @@ export async function reconcilePools(ctx: AppContext): Promise<PoolsSummary> {
     if (pool && running !== false)
       await providers[pool.provider]?.stop(pool, l.provider_ref).catch(() => {});
     await endLaunch(ctx.pool, l.id, why);
-    await revokedInGate(ctx, l.worker_id);
+    await launchEnded(ctx, l.worker_id);
     summary.launches_ended++;
   }
   // Pending launches whose time has come, one transaction each.
@@ -402,7 +460,7 @@ export async function reconcilePools(ctx: AppContext): Promise<PoolsSummary> {
     const taken = await transaction(ctx.pool, (tx) => takeDueLaunch(tx, mint));
     if (!taken) break;
     if ('ended' in taken) {
-      await revokedInGate(ctx, taken.ended);
+      await launchEnded(ctx, taken.ended);
       summary.launches_ended++;
       continue;
     }

@@ -6,6 +6,7 @@ import { log } from '../log.ts';
 import { purgeExpired, type SweepOptions, sweep } from '../scheduler/index.ts';
 import { scheduleWork } from '../schedules/store.ts';
 import { purgeStorage } from './artifacts.ts';
+import { hintRunners } from './channel.ts';
 import { dispatchCompile } from './dispatch.ts';
 import { deliverNotifications, type NotifySummary, notifyOptions } from './notify.ts';
 import { wakeClaims } from './pickup.ts';
@@ -41,7 +42,10 @@ export async function runSweep(ctx: AppContext, opts: SweepOptions = {}) {
     repairs.tasks_block_timed_out +
     repairs.tasks_cancelled +
     repairs.jobs_settled;
-  if (freed > 0) wakeClaims(ctx, 'sweep');
+  if (freed > 0) {
+    wakeClaims(ctx, 'sweep');
+    await hintRunners(ctx);
+  }
   const outOfTime = () =>
     halt.signal.aborted || (opts.deadline !== undefined && Date.now() >= opts.deadline);
   const skipped = [...repairs.skipped];

@@ -7,6 +7,7 @@ import { forgeName } from '../people/index.ts';
 import { listJobs } from '../scheduler/views.ts';
 import type { Forge as ForgeKind } from '../states.ts';
 import { durationText, type Html, html, page, shortRef, timeEl } from './html.ts';
+import { poolsFor } from './pools.ts';
 
 export const JOBS_PER_PAGE = 25;
 const LATEST = 5;
@@ -108,8 +109,10 @@ export async function renderProject(
   const shown = jobs.slice(0, JOBS_PER_PAGE);
   const last = shown[shown.length - 1];
   const pager = html`<nav class="pager" aria-label="pages">${before ? html`<a href="/projects/${encodeURIComponent(id)}">Newest</a>` : ''}${more && last ? html`<a href="/projects/${encodeURIComponent(id)}?before=${last.number}">Older jobs</a>` : ''}</nav>`;
-  const workers = viewer.signedIn && viewer.workers ? await workersFor(db, id, now) : html``;
-  const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}${extras}${workers}`;
+  const hosts = viewer.signedIn && viewer.workers;
+  const workers = hosts ? await workersFor(db, id, now) : html``;
+  const pools = hosts ? await poolsFor(db, id) : html``;
+  const body = html`<nav class="muted"><a href="/">Projects</a></nav><h1>${project.name} <span class="muted">${project.repo}</span></h1>${jobTable(shown, now)}${pager}${extras}${workers}${pools}`;
   return page({ title: project.name, body, signedIn: viewer.signedIn, csrf: viewer.csrf });
 }
 

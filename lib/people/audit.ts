@@ -102,7 +102,11 @@ export async function jobAuditEvents(
 
 /** An event of the installation rather than of one project (issue #46): a project, worker or session. */
 export interface InstallationEntry {
-  /** `project.create`, `project.update`, `project.delete`, `worker.create`, `worker.revoke`, `session.revoke`. */
+  /**
+   * `project.create`, `project.update`, `project.delete`, `worker.create`,
+   * `worker.revoke`, `session.revoke`, `pool.create`, `pool.update`,
+   * `pool.delete`, `pool.launch`, `pool.revoke`.
+   */
   action: string;
   /** The id of what it concerns. */
   subject: string;
@@ -120,19 +124,25 @@ export interface InstallationEvent {
   detail: string;
 }
 
+/**
+ * What the control plane does on its own (a pool's runner launched, its
+ * worker revoked) is recorded under this name rather than a person's.
+ */
+export const CONTROL_PLANE = { kind: 'control plane' } as const;
+
 /** Writes one row of the installation's audit. */
 export async function insertInstallationEvent(
   db: Queryable,
-  person: Person,
+  person: Person | typeof CONTROL_PLANE,
   entry: InstallationEntry,
 ): Promise<void> {
   await db.query(
     `insert into installation_events (actor, actor_forge, session_id, action, subject, detail)
      values ($1, $2, $3, $4, $5, $6)`,
     [
-      actorName(person),
+      person.kind === 'control plane' ? 'conductor' : actorName(person),
       person.kind === 'forge' ? person.forge : null,
-      person.sessionId,
+      person.kind === 'control plane' ? null : person.sessionId,
       entry.action,
       entry.subject,
       entry.detail ?? '',

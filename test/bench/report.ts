@@ -11,6 +11,7 @@ import type {
 } from './conductor.ts';
 import type { PageRender } from './pages.ts';
 import type { PickupLatency } from './pickup.ts';
+import type { PoolPickup } from './pools.ts';
 import type { ServerCost } from './server.ts';
 import type { Rate } from './util.ts';
 
@@ -43,6 +44,7 @@ export interface Results {
   webhook?: WebhookLatency;
   lostRunner?: LostRunner;
   pickup?: PickupLatency;
+  poolPickup?: PoolPickup;
   takeover?: TakeoverCost;
   groups?: GroupCost;
   jobPage?: { matrix: PageRender; layered: PageRender };
@@ -301,6 +303,13 @@ export function markdown(r: Results): string {
     lines.push(
       `| push to task running, runner idle ${p.idleS} s, long poll (\`?wait=25\`), ${p.longPoll.times.length} rounds | median ${f0(p.longPoll.p50)} ms, max ${f0(p.longPoll.max)} ms (queued to claimed: median ${f0(p.longPoll.queuedToClaimed.p50)} ms, max ${f0(p.longPoll.queuedToClaimed.max)} ms) |`,
       `| the same, the runner polling (backoff 0.5 s doubling to ${p.polling.pollMaxS} s), same rounds | median ${f0(p.polling.p50)} ms, max ${f0(p.polling.max)} ms (queued to claimed: median ${f0(p.polling.queuedToClaimed.p50)} ms) |`,
+    );
+  }
+  if (r.poolPickup) {
+    const p = r.poolPickup;
+    lines.push(
+      `| push to task running (claimed), a \`process\` pool's runner launched for the task, ${p.launched.times.length} rounds | median ${f0(p.launched.p50)} ms, max ${f0(p.launched.max)} ms |`,
+      `| the same, a warm runner already waiting (long poll), same rounds | median ${f0(p.warm.p50)} ms, max ${f0(p.warm.max)} ms |`,
     );
   }
   if (r.lostRunner) {

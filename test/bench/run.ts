@@ -25,6 +25,7 @@ import {
 import { bareCommits, graphileWorker, pgBoss } from './others.ts';
 import { jobPageRender } from './pages.ts';
 import { pickupLatency } from './pickup.ts';
+import { poolPickup } from './pools.ts';
 import { markdown, type PerConcurrency, type Results, svg, targets } from './report.ts';
 import type { ServerCost } from './server.ts';
 import { progress } from './util.ts';
@@ -50,6 +51,7 @@ const P = quick
       lost: { leaseS: 3, pollMaxS: 1, sweepIntervalS: 2 },
       // Idle past the polling runner's ceiling (10 s) all the same.
       pickup: { rounds: 2, idleS: 12 },
+      poolRounds: 2,
       takeover: { rounds: 2, tasks: 3_000, windowMs: 2_000 },
     }
   : {
@@ -71,6 +73,7 @@ const P = quick
       // local sweep's CONDUCTOR_SWEEP_INTERVAL_S.
       lost: { leaseS: 45, pollMaxS: 10, sweepIntervalS: 10 },
       pickup: { rounds: 7, idleS: 30 },
+      poolRounds: 7,
       // Both claims at once, so the machine's drift falls on both (issue
       // #19's bound, 5%, is smaller than that drift between measurements).
       takeover: { rounds: 8, tasks: 8_000, windowMs: 4_000 },
@@ -130,6 +133,7 @@ async function main(): Promise<void> {
     'hook',
     'lost',
     'pickup',
+    'fleet',
     'page',
     'graphile',
     'pgboss',
@@ -137,7 +141,18 @@ async function main(): Promise<void> {
     'backlog',
   ];
   for (const db of dbs) await pg.createDatabase(db);
-  for (const db of ['lib', 'floor', 'http', 'hist', 'hook', 'lost', 'pickup', 'page', 'backlog'])
+  for (const db of [
+    'lib',
+    'floor',
+    'http',
+    'hist',
+    'hook',
+    'lost',
+    'pickup',
+    'fleet',
+    'page',
+    'backlog',
+  ])
     await migrated(pg.url(db));
   const row = (c: number) => results.rows.find((r) => r.concurrency === c) as PerConcurrency;
   try {
@@ -292,6 +307,13 @@ async function main(): Promise<void> {
       results.pickup = p;
       progress(
         `  long poll p50 ${fmt(p.longPoll.p50)} ms, max ${fmt(p.longPoll.max)} ms; polling p50 ${fmt(p.polling.p50)} ms, max ${fmt(p.polling.max)} ms`,
+      );
+    });
+    await step("push to task running, a pool's launched runner beside a warm one", async () => {
+      const p = await poolPickup(pg.url('fleet'), join(work, 'stack'), P.poolRounds);
+      results.poolPickup = p;
+      progress(
+        `  launched p50 ${fmt(p.launched.p50)} ms, max ${fmt(p.launched.max)} ms; warm p50 ${fmt(p.warm.p50)} ms, max ${fmt(p.warm.max)} ms`,
       );
     });
     await step('job page of 1,000 tasks', async () => {

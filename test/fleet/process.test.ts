@@ -269,3 +269,46 @@ test('a task no pool and no runner serves says so as its waiting reason', async 
   const cancel = await stack.call('POST', `/v1/jobs/${jobId}/cancel`, admin);
   assert.equal(cancel.status, 200, cancel.text);
 });
+
+test("a pool's creation, change and deletion, and each launch and revocation, are in the installation audit", async () => {
+  const { id, push } = await setup('pool-audit', '  build:\n    script: [echo audited]\n', {
+    max: 1,
+  });
+  const jobId = await push();
+  assert.equal((await finished(jobId)).job.state, 'success');
+  const [worker] = await waitFor('the launch to end', async () => {
+    const w = await poolWorkers(id);
+    return w.length === 1 && w[0]!.revoked ? w : undefined;
+  });
+  const patched = await stack.call('PATCH', `/v1/pools/${id}`, { ...admin, body: { max: 3 } });
+  assert.equal(patched.status, 200, patched.text);
+  const deleted = await stack.call('DELETE', `/v1/pools/${id}`, admin);
+  assert.equal(deleted.status, 204, deleted.text);
+
+  const res = await stack.call('GET', '/v1/audit?limit=100', admin);
+  assert.equal(res.status, 200, res.text);
+  const mine = (
+    res.body.events as { actor: string; action: string; subject: string; detail: string }[]
+  )
+    .filter((e) => e.action.startsWith('pool.') && (e.subject === id || e.subject === worker!.id))
+    .reverse()
+    .map((e) => [
+      e.actor,
+      e.action,
+      e.subject,
+      e.detail.replace(/runner pid:\d+ /, 'runner pid:N '),
+    ]);
+  const scope = `process, trusted; labels pool-audit; projects ${id}`;
+  assert.deepEqual(mine, [
+    ['admin token', 'pool.create', id, `${id}: ${scope}; max 1`],
+    [
+      'conductor',
+      'pool.launch',
+      worker!.id,
+      `${id}: process runner pid:N for a task of project ${id}`,
+    ],
+    ['conductor', 'pool.revoke', worker!.id, `${id}: its runner finished`],
+    ['admin token', 'pool.update', id, `${id}: ${scope}; max 3 (changed: max)`],
+    ['admin token', 'pool.delete', id, `${id}: ${scope}; max 3`],
+  ]);
+});

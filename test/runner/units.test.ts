@@ -569,6 +569,7 @@ test('the command line becomes runner options; a bad value is named', async () =
       executor: 'shell',
       pollMaxMs: 2000,
       claimWaitS: 5,
+      channelPollMs: 300_000,
       graceMs: 30_000,
       killGraceMs: 5000,
       httpTimeoutMs: 30_000,
@@ -579,6 +580,7 @@ test('the command line becomes runner options; a bad value is named', async () =
   await assert.rejects(parse('--concurrency', '0'), /--concurrency must be at least 1/);
   await assert.rejects(parse('--claim-wait-s', '26'), /--claim-wait-s must be at most 25/);
   assert.equal((await parse()).claimWaitS, 25, 'a long poll of 25 s by default');
+  assert.equal((await parse('--channel-poll-s', '0')).channelPollMs, 0, 'the push channel off');
   await assert.rejects(parseRunnerArgs([], env), /--url .* is required/);
   await assert.rejects(parseRunnerArgs(['--bogus'], env), /Unknown option '--bogus'/);
 });
