@@ -180,7 +180,7 @@ export function explainRefusal(err: unknown, o: Pick<RunnerOptions, 'url' | 'tok
   if (err.status === 401) {
     const where = o.tokenFile ? `the file --token-file ${o.tokenFile}` : `$${TOKEN_VARIABLE}`;
     return new Error(
-      `the control plane refused the worker token (${err.message}): it was revoked, it is not a worker token (an admin token, or another control plane's), or it is an ephemeral worker's that has made its one claim. Check the token in ${where}, and that its worker is still listed by \`npm run ctl -- workers\` (GET /v1/workers); if it is not, register one (\`npm run ctl -- worker create\`) and put the new token there`,
+      `the control plane refused the worker token (${err.message}): it was revoked, it is not a worker token (an admin token, or another control plane's), or it is an ephemeral worker's that has made its one claim. Check the token in ${where}, and that its worker is still listed by \`conductor workers\` (GET /v1/workers); if it is not, register one (\`conductor worker create\`) and put the new token there`,
       { cause: err },
     );
   }

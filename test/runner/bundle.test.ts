@@ -152,7 +152,7 @@ test('a revoked token, or a token that is not a worker token, stops the runner w
     const said = ran.stderr.split('\n').find((l) => l.startsWith('conductor-runner: '));
     assert.equal(
       said,
-      `conductor-runner: the control plane refused the worker token (POST /v1/runner/claim: HTTP 401: a worker token is required): it was revoked, it is not a worker token (an admin token, or another control plane's), or it is an ephemeral worker's that has made its one claim. Check the token in the file --token-file ${file}, and that its worker is still listed by \`npm run ctl -- workers\` (GET /v1/workers); if it is not, register one (\`npm run ctl -- worker create\`) and put the new token there`,
+      `conductor-runner: the control plane refused the worker token (POST /v1/runner/claim: HTTP 401: a worker token is required): it was revoked, it is not a worker token (an admin token, or another control plane's), or it is an ephemeral worker's that has made its one claim. Check the token in the file --token-file ${file}, and that its worker is still listed by \`conductor workers\` (GET /v1/workers); if it is not, register one (\`conductor worker create\`) and put the new token there`,
       name,
     );
     assert.ok(!ran.stderr.includes(token), `${name}: the token is never printed`);
