@@ -113,32 +113,56 @@ export async function deliverStatuses(
   const jobs = opts.jobId ? [opts.jobId] : await jobsWithStatusesDue(pool, opts.limit ?? 50);
 
   for (const jobId of jobs) {
-    try {
-      const { row, superseded } = await claimStatus(pool, jobId);
-      summary.statuses_superseded += superseded;
-      if (!row) continue;
-      try {
-        await post(pool, keyring, row, opts);
-        await finishStatus(pool, row.id, { result: 'delivered' });
-        summary.statuses_delivered++;
-      } catch (err) {
-        const error = err instanceof Error ? err.message : String(err);
-        const age = (Date.now() - row.created_at.getTime()) / 1000;
-        if (err instanceof StatusRefusedError || age >= giveUpAfterS) {
-          await finishStatus(pool, row.id, { result: 'gave_up', error });
-          summary.statuses_given_up++;
-          log('warn', 'gave up posting a commit status', { job_id: jobId, err });
-        } else {
-          const retryInS = Math.min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (row.attempts - 1));
-          await finishStatus(pool, row.id, { retryInS, error });
-          summary.statuses_failed++;
-        }
-      }
-    } catch (err) {
-      log('error', 'delivering commit statuses failed', { job_id: jobId, err });
+    // A row written while another of its commit was in flight finds that
+    // row claimed and is left; so each deliverer, once its post is done,
+    // takes what has become due since (at most a few rows), instead of
+    // leaving a job's final status to the next sweep.
+    for (let round = 0; round < ROWS_PER_JOB; round++) {
+      if (!(await deliverOne(pool, keyring, opts, jobId, giveUpAfterS, summary))) break;
     }
   }
   return summary;
+}
+
+/** How many rows one delivery takes for a job, one after another. */
+const ROWS_PER_JOB = 5;
+
+/** Claims and posts a job's next due row; answers whether one was delivered. */
+async function deliverOne(
+  pool: Pool,
+  keyring: Keyring,
+  opts: DeliveryOptions,
+  jobId: string,
+  giveUpAfterS: number,
+  summary: DeliverySummary,
+): Promise<boolean> {
+  try {
+    const { row, superseded } = await claimStatus(pool, jobId);
+    summary.statuses_superseded += superseded;
+    if (!row) return false;
+    try {
+      await post(pool, keyring, row, opts);
+      await finishStatus(pool, row.id, { result: 'delivered' });
+      summary.statuses_delivered++;
+      return true;
+    } catch (err) {
+      const error = err instanceof Error ? err.message : String(err);
+      const age = (Date.now() - row.created_at.getTime()) / 1000;
+      if (err instanceof StatusRefusedError || age >= giveUpAfterS) {
+        await finishStatus(pool, row.id, { result: 'gave_up', error });
+        summary.statuses_given_up++;
+        log('warn', 'gave up posting a commit status', { job_id: jobId, err });
+      } else {
+        const retryInS = Math.min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (row.attempts - 1));
+        await finishStatus(pool, row.id, { retryInS, error });
+        summary.statuses_failed++;
+      }
+      return false;
+    }
+  } catch (err) {
+    log('error', 'delivering commit statuses failed', { job_id: jobId, err });
+    return false;
+  }
 }
 
 /** How statuses are posted, from the configuration. */
