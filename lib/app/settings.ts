@@ -124,7 +124,7 @@ export const projectAdmin: ProjectAdmin = {
       parse(AddProjectSchema, fields),
       origin,
     );
-    return { projectId: project.id };
+    return { projectId: project.id, githubApp: project.github_app };
   },
 };
 
