@@ -47,7 +47,7 @@ export const ONBOARD_ROUTES: Record<string, AdminPageRoute> = {
     if ('reply' in got) return got.reply;
     const f = got.fields;
     const id = (f.get('id') ?? '').trim();
-    const { projectId, githubApp } = await admin.addProject(
+    const added = await admin.addProject(
       ctx,
       got.person,
       {
@@ -58,8 +58,7 @@ export const ONBOARD_ROUTES: Record<string, AdminPageRoute> = {
       // Where the forge delivers: this site (CONDUCTOR_PUBLIC_URL, else the request's host).
       origin(event, ctx),
     );
-    return redirect(
-      `/projects/${enc(projectId)}/settings?saved=${githubApp ? 'added-app' : 'added'}`,
-    );
+    const saved = !added.githubApp ? 'added' : added.private ? 'added-app-private' : 'added-app';
+    return redirect(`/projects/${enc(added.projectId)}/settings?saved=${saved}`);
   }),
 };

@@ -115,6 +115,11 @@ test('with the GitHub App, the page offers the installed repositories a person a
     (await page.locator('[data-notice]').textContent()) ?? '',
     /the GitHub App delivers its pushes and pull requests and shows its jobs as check runs/,
   );
+  // The app's tokens are never a runner's: a private repository's clone needs a token set.
+  assert.match(
+    (await page.locator('[data-notice]').textContent()) ?? '',
+    /Its repository is private: runners clone with the project's forge token, which it does not have yet/,
+  );
   assert.deepEqual(hookCalls(), [], 'no webhook is made at GitHub');
   // The repository was read with the installation's token.
   const read = app.calls.find((c) => c.method === 'GET' && c.path === '/repos/acme/app-web');
@@ -176,7 +181,7 @@ test('with the GitHub App, the page offers the installed repositories a person a
   }
 });
 
-test('the admin token sees every repository the app is installed on', async () => {
+test('the admin token sees every repository the app is installed on, and adds a public one', async () => {
   const { page } = await newPage(browser);
   await page.goto(`${stack.url}/login`);
   await page.fill('input[name=token]', stack.adminToken);
@@ -191,6 +196,18 @@ test('the admin token sees every repository the app is installed on', async () =
       .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-repo'))),
     installed,
   );
+  await Promise.all([
+    page.waitForURL((u) => u.pathname === '/projects/app-docs/settings'),
+    page.click('form[data-add="acme/app-docs"] button[type=submit]'),
+  ]);
+  const notice = (await page.locator('[data-notice]').textContent()) ?? '';
+  assert.match(notice, /the GitHub App delivers its pushes and pull requests/);
+  assert.doesNotMatch(notice, /private/);
+  const project = (await stack.call('GET', '/v1/projects/app-docs', { token: stack.adminToken }))
+    .body.project;
+  assert.equal(project.github_app, true);
+  assert.equal(project.visibility, 'public');
+  assert.deepEqual(hookCalls(), []);
 });
 
 test('deleting a project the app serves deletes no webhook', async () => {
