@@ -49,6 +49,7 @@ function showProject(cli: Cli, p: any): void {
       ['fork_pull_requests', p.fork_pull_requests],
       ['bot_pull_requests', p.bot_pull_requests],
       ['default_branch', p.default_branch ?? ''],
+      ['github_app', p.github_app === undefined ? undefined : String(p.github_app)],
     ].filter(([, v]) => v !== undefined),
   );
 }
@@ -83,7 +84,9 @@ export function registerProjects(program: Command, io: CliIo): void {
     .description('create, change, show or delete a project');
   project
     .command('create')
-    .description('create a project; prints its webhook URL and its secret (shown once)')
+    .description(
+      'create a project; prints its webhook URL and its secret (shown once), or none with --github-app',
+    )
     .requiredOption('--id <ID>', 'its id, used in URLs and as PROJECT#NUMBER')
     .requiredOption('--repo <OWNER/NAME>', 'the repository, as the forge names it')
     .requiredOption('--repo-url <URL>', 'where to clone from (URL or absolute path)')
@@ -97,6 +100,10 @@ export function registerProjects(program: Command, io: CliIo): void {
     .option('--visibility <V>', 'private or public')
     .option('--bot-pull-requests <MODE>', 'untrusted or trusted')
     .option('--org-groups <A,B>', 'the org: concurrency groups its pipelines may use')
+    .option(
+      '--github-app',
+      "served by the GitHub App: its webhook delivers, its installation's tokens are used, no webhook secret",
+    )
     .action(async (o, cmd: Command) => {
       noForgeToken(io, o.forgeToken);
       const cli = new Cli(io, cmd);
@@ -117,11 +124,19 @@ export function registerProjects(program: Command, io: CliIo): void {
       if (o.visibility) body.visibility = o.visibility;
       if (o.botPullRequests) body.bot_pull_requests = o.botPullRequests;
       if (o.orgGroups !== undefined) body.org_groups = listFlag(o.orgGroups);
+      if (o.githubApp) body.github_app = true;
       const created = (await cli.call('POST', '/v1/projects', body)).json;
       const forge = created.project?.forge ?? o.forge;
       cli.print(created, () => {
         showProject(cli, created.project);
         io.out('');
+        if (created.project?.github_app) {
+          // The app's webhook delivers this repository's events: there is no secret to paste.
+          io.out(
+            `Served by the GitHub App: install the app on ${created.project.repo} at GitHub (or add the repository to its installation); no webhook to add. Jobs show as check runs on the commit.`,
+          );
+          return;
+        }
         io.out('Add a webhook to the repository (push and pull request events):');
         io.out(`  payload URL:    ${cli.base}/v1/webhooks/${forge}`);
         io.out('  content type:   application/json');

@@ -1,7 +1,8 @@
 // A job's check run (issue #53): created by the first status row the outbox
 // delivers for a job of a project served by the GitHub App, updated by the
 // next (lib/app/statuses.ts calls postCheckRun after the commit that wrote the
-// row), with the job's summary: its tasks, their states and durations, the
+// row), with the job's summary: how its tests went and the first failed tests
+// (when its tasks reported tests), its tasks, their states and durations, the
 // last lines of the first failure's log, and the link to the job's page. An
 // untrusted job's run has a name of its own, as its status has a context of
 // its own (lib/forge/statuses.ts statusContext).
@@ -22,14 +23,19 @@ import {
 } from '../forge/github/app.ts';
 import { github } from '../forge/github/index.ts';
 import { StatusRefusedError, statusContext } from '../forge/statuses.ts';
+import { jobTestRows, sumTotals } from '../reports/index.ts';
 import { getJobView } from '../scheduler/views.ts';
 import type { Keyring } from '../secrets.ts';
 import { type AppConfig, projectToken } from './forge-token.ts';
 import type { ProjectRow } from './projects.ts';
+import { describeTests } from './reports.ts';
 import { readTaskLog } from './views.ts';
 
 /** The most log lines of the first failure a check run shows. */
 export const CHECK_LOG_LINES = 30;
+
+/** The most failed tests a check run's summary names; the job's page has them all. */
+export const CHECK_FAILED_TESTS = 10;
 
 // GitHub takes at most 65,535 characters in a check run's summary and text.
 const MAX_CHECK_TEXT = 60_000;
@@ -41,6 +47,49 @@ function duration(start: Date | null, end: Date | null): string {
 }
 
 const cell = (text: string) => text.replace(/[|\n\r]/g, ' ').slice(0, 200);
+
+/** Text a report controls, on one line, inside a code span that it cannot close. */
+const code = (text: string, max: number) =>
+  `\`${
+    text
+      .replace(/[\n\r]+/g, ' ')
+      .replaceAll('`', "'")
+      .trim()
+      .slice(0, max) || ' '
+  }\``;
+
+/**
+ * The summary's lines about the job's tests: the totals ("2 of 340 tests failed") and the
+ * first CHECK_FAILED_TESTS failed or errored tests, each with its message's first line; null
+ * when none of its tasks reported tests.
+ */
+async function testLines(
+  db: Queryable,
+  jobId: string,
+): Promise<{ words: string; lines: string[] } | null> {
+  const tasks = await jobTestRows(db, jobId);
+  if (tasks.length === 0) return null;
+  const totals = sumTotals(tasks);
+  const words = describeTests(totals);
+  const lines = [`**Tests:** ${words}`, ''];
+  const failed = tasks.flatMap((t) =>
+    t.failures.filter((f) => f.kind !== 'passed').map((f) => ({ task: t.task_name, ...f })),
+  );
+  if (failed.length > 0) {
+    for (const f of failed.slice(0, CHECK_FAILED_TESTS)) {
+      const name = [f.classname ?? f.suite, f.name].filter(Boolean).join(' › ');
+      const first = f.message.split('\n').find((l) => l.trim() !== '') ?? '';
+      lines.push(
+        `- ${code(name, 200)}${first ? ` ${code(first, 200)}` : ''} (${f.kind} in ${cell(f.task)})`,
+      );
+    }
+    // The totals count every failure; a report keeps at most REPORT_MAX_FAILURES of them.
+    const more = totals.failed + totals.errored - Math.min(failed.length, CHECK_FAILED_TESTS);
+    if (more > 0) lines.push(`- … and ${more} more: see the job's page`);
+    lines.push('');
+  }
+  return { words, lines };
+}
 
 /** A row of the outbox as the check run reports it (lib/app/statuses.ts). */
 export interface CheckRow {
@@ -73,6 +122,8 @@ export async function checkRunBody(
     '',
   ];
   if (detailsUrl) lines.push(`[The job's page](${detailsUrl})`, '');
+  const tests = finished ? await testLines(db, row.job_id) : null;
+  if (tests) lines.push(...tests.lines);
   if (tasks.length > 0) {
     lines.push('| task | state | duration |', '|---|---|---|');
     for (const t of tasks.slice(0, 200)) {
@@ -113,7 +164,10 @@ export async function checkRunBody(
     ...(job.started_at ? { started_at: job.started_at.toISOString() } : {}),
     ...(finished ? { completed_at: (job.finished_at ?? new Date()).toISOString() } : {}),
     output: {
-      title: row.description.slice(0, 200) || job.state,
+      // As the commit status says it (lib/app/statuses.ts): how the tests went first.
+      title:
+        (tests ? `${tests.words}; tasks ${row.description}` : row.description).slice(0, 200) ||
+        job.state,
       summary: lines.join('\n').slice(0, MAX_CHECK_TEXT),
       ...(text ? { text } : {}),
     },

@@ -62,7 +62,7 @@ export interface InstalledRepository {
  */
 export async function installedRepositories(
   ctx: Pick<AppContext, 'config' | 'pool'>,
-  opts: { login?: string; limit?: number } = {},
+  opts: { login?: string; limit?: number; timeoutMs?: number } = {},
 ): Promise<InstalledRepository[]> {
   const { rows } = await ctx.pool.query<InstalledRepository & { installation_id: string }>(
     `select r.installation_id, i.account, r.repo, p.id as project_id
@@ -90,6 +90,7 @@ export async function installedRepositories(
       repo: r.repo,
       login: opts.login,
       token,
+      ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
     });
     if (answer.kind === 'answer' && answer.permission === 'admin') mine.push(r);
   }

@@ -8,14 +8,18 @@
 // commits, never inside a transaction, and a project whose hook the forge refused is deleted
 // again. Deleting a project deletes the hook Conductor made.
 //
-// The GitHub App (issue #53's other half) plugs in at `sourceFor`: where the app is installed,
-// its installations' repositories (`installedRepositories`) are the GitHub list instead of the
-// token's, and the project is made with `github_app: true` and no hook (the app's own webhook
-// serves it).
+// The GitHub App (issue #53's other half): where the app is configured, its installations'
+// repositories (`installedRepositories`, narrowed to those GitHub says the person administers,
+// asked with the installation's token) are the GitHub list instead of the token's, the
+// repository is read and the permission asked with the installation's token (`appSource`), and
+// the project is made with `github_app: true`, no forge token and no hook: the app's own webhook
+// serves it, so deleting it deletes no hook either.
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { ConflictError, ForbiddenError, UnavailableError, ValidationError } from '../errors.ts';
 import type { ForgeKind } from '../forge/forge.ts';
+import { APP_FORGE, InstallationRefusedError } from '../forge/github/app.ts';
+import { github } from '../forge/github/index.ts';
 import { createHook, deleteHook } from '../forge/hooks.ts';
 import { ForgeUnavailableError } from '../forge/index.ts';
 import { askRepoPermission } from '../forge/permission.ts';
@@ -26,6 +30,8 @@ import { log } from '../log.ts';
 import type { Person } from '../people/sessions.ts';
 import { FORGES, VISIBILITIES } from '../states.ts';
 import { auditInstallation } from './audit.ts';
+import { appKeys, installationOfRepo, installationToken } from './forge-token.ts';
+import { installedRepositories } from './github-app.ts';
 import { onboardingToken, signInForgeUrl } from './people.ts';
 import {
   createProject,
@@ -39,8 +45,8 @@ import {
 /** A repository offered on the page; `project` is the id of the project it already is, if any. */
 export interface RepoChoice {
   repo: string;
-  cloneUrl: string;
-  private: boolean;
+  /** Null for a repository the GitHub App offers: its installation does not say. */
+  private: boolean | null;
   project: string | null;
 }
 
@@ -51,6 +57,75 @@ export interface RepoOffer {
   repos: RepoChoice[];
   /** Said on the page: no token is configured, the forge refused or did not answer, the list stopped. */
   notice: string | null;
+  /** The repositories the GitHub App is installed on: adding one makes no webhook. */
+  app: boolean;
+}
+
+/** Whether `kind` is GitHub and the GitHub App is configured: then the app serves what is added. */
+function viaApp(ctx: AppContext, kind: ForgeKind): boolean {
+  return kind === APP_FORGE && appKeys(ctx.config) !== null;
+}
+
+/**
+ * Where Conductor asks GitHub about `repo` when the app serves it: with a token of the
+ * installation that has it. Missing when the app is not installed there.
+ */
+async function appSource(
+  ctx: AppContext,
+  repo: string,
+): Promise<{ api: string; forgeUrl: null; token: string } | { missing: string }> {
+  const installation = await installationOfRepo(ctx.pool, repo);
+  if (installation === null) {
+    return {
+      missing: `The GitHub App is not installed on ${repo} (or its installation is suspended): install it on the repository at GitHub, then add it here.`,
+    };
+  }
+  let token: string;
+  try {
+    token = await installationToken(ctx.config, installation);
+  } catch (err) {
+    if (!(err instanceof InstallationRefusedError)) throw err;
+    return {
+      missing: `GitHub refused the app a token of installation ${installation}: ${err.message}`,
+    };
+  }
+  const api = github.apiBase({
+    githubApiUrl: ctx.config.CONDUCTOR_GITHUB_API_URL,
+    forgeUrl: null,
+  })!;
+  return { api, forgeUrl: null, token };
+}
+
+/** The repositories the app is installed on that `person` may add (all of them for the admin token). */
+async function appOffer(ctx: AppContext, person: Person): Promise<RepoOffer> {
+  const title = forgeOf(APP_FORGE).title;
+  let installed: Awaited<ReturnType<typeof installedRepositories>>;
+  try {
+    installed = await installedRepositories(ctx, {
+      ...(person.kind === 'forge' ? { login: person.login } : {}),
+      limit: MAX_ASKED,
+      timeoutMs: ctx.config.CONDUCTOR_SIGNIN_TIMEOUT_MS,
+    });
+  } catch (err) {
+    if (err instanceof ForgeUnavailableError || err instanceof InstallationRefusedError) {
+      log('warn', 'the GitHub App could not list the repositories a person administers', { err });
+      return {
+        forge: APP_FORGE,
+        title,
+        repos: [],
+        notice: `${title} did not answer; try again.`,
+        app: true,
+      };
+    }
+    throw err;
+  }
+  return {
+    forge: APP_FORGE,
+    title,
+    repos: installed.map((r) => ({ repo: r.repo, private: null, project: r.project_id })),
+    notice: null,
+    app: true,
+  };
 }
 
 /** The variable that holds a forge's token for adding projects. */
@@ -91,11 +166,15 @@ export async function repositoriesFor(ctx: AppContext, person: Person): Promise<
   const offers: RepoOffer[] = [];
   for (const kind of kinds) {
     const title = forgeOf(kind).title;
+    if (viaApp(ctx, kind)) {
+      offers.push(await appOffer(ctx, person));
+      continue;
+    }
     const source = await sourceFor(ctx, kind);
     if ('missing' in source) {
       // The admin is shown only the forges that are set up.
       if (person.kind === 'forge')
-        offers.push({ forge: kind, title, repos: [], notice: source.missing });
+        offers.push({ forge: kind, title, repos: [], notice: source.missing, app: false });
       continue;
     }
     let listed: Awaited<ReturnType<typeof listRepositories>>;
@@ -109,7 +188,13 @@ export async function repositoriesFor(ctx: AppContext, person: Person): Promise<
     } catch (err) {
       if (!(err instanceof ForgeUnavailableError)) throw err;
       log('warn', 'the forge did not answer a repository listing', { err });
-      offers.push({ forge: kind, title, repos: [], notice: `${title} did not answer; try again.` });
+      offers.push({
+        forge: kind,
+        title,
+        repos: [],
+        notice: `${title} did not answer; try again.`,
+        app: false,
+      });
       continue;
     }
     const { rows } = await ctx.pool.query<{ id: string; repo: string }>(
@@ -121,8 +206,7 @@ export async function repositoriesFor(ctx: AppContext, person: Person): Promise<
       .filter((r) => r.admin)
       .map((r) => ({
         repo: r.repo,
-        cloneUrl: r.cloneUrl,
-        private: r.private,
+        private: r.private as boolean | null,
         project: existing.get(r.repo.toLowerCase()) ?? null,
       }));
     const notices: string[] = [];
@@ -136,7 +220,7 @@ export async function repositoriesFor(ctx: AppContext, person: Person): Promise<
       if (repos.length > MAX_ASKED) notices.push(`Only the first ${MAX_ASKED} were asked about.`);
       repos = asked.admin;
     }
-    offers.push({ forge: kind, title, repos, notice: notices.join(' ') || null });
+    offers.push({ forge: kind, title, repos, notice: notices.join(' ') || null, app: false });
   }
   return offers;
 }
@@ -226,14 +310,16 @@ export function projectIdFor(repo: string): string {
  * Adds the repository as a project for `person`, who must administer it (the forge is asked
  * now, not from the cache), and makes its webhook at the forge with the project's fresh secret,
  * pointing at `origin`/v1/webhooks/<forge>. The webhook secret is never shown: the forge has it.
- * A hook the forge refuses deletes the project again and says why.
+ * A hook the forge refuses deletes the project again and says why. On GitHub with the app, the
+ * repository must be one the app is installed on, and the project is served by the app: no
+ * hook, no token of its own (`hookId` null).
  */
 export async function addProjectFromForge(
   ctx: AppContext,
   person: Person,
   input: AddProject,
   origin: string,
-): Promise<{ project: ProjectView; hookId: string }> {
+): Promise<{ project: ProjectView; hookId: string | null }> {
   const forge = forgeOf(input.forge);
   if (person.kind === 'forge' && person.forge !== input.forge) {
     throw new ForbiddenError(
@@ -243,14 +329,22 @@ export async function addProjectFromForge(
   if (!forge.isRepo(input.repo)) {
     throw new ValidationError([{ path: 'repo', message: `must be ${forge.repoShape}` }]);
   }
-  const source = await sourceFor(ctx, input.forge);
-  if ('missing' in source) throw new ConflictError(source.missing);
+  const app = viaApp(ctx, input.forge);
   const timeoutMs = ctx.config.CONDUCTOR_SIGNIN_TIMEOUT_MS;
   const unavailable = (err: unknown) =>
     new UnavailableError(`${forge.title} did not answer; try again.`, {
       cause: err,
       retryAfterS: 5,
     });
+  let source: Awaited<ReturnType<typeof sourceFor>>;
+  try {
+    source = app ? await appSource(ctx, input.repo) : await sourceFor(ctx, input.forge);
+  } catch (err) {
+    // The installation token's mint is a call to GitHub.
+    if (err instanceof ForgeUnavailableError) throw unavailable(err);
+    throw err;
+  }
+  if ('missing' in source) throw new ConflictError(source.missing);
   let described: Awaited<ReturnType<typeof readRepository>>;
   try {
     described = await readRepository({
@@ -282,7 +376,8 @@ export async function addProjectFromForge(
   }
   if (!described.ok) throw new ValidationError([{ path: 'repo', message: described.reason }]);
   const repo = described.repo;
-  if (!repo.admin) {
+  // An installation token's answer has no `permissions`: the app needs none to serve the repository.
+  if (!app && !repo.admin) {
     throw new ConflictError(
       `Conductor's ${forge.title} token does not administer ${repo.repo}, so it cannot make the webhook: ask an admin.`,
     );
@@ -294,7 +389,8 @@ export async function addProjectFromForge(
     repo: repo.repo,
     repo_url: repo.cloneUrl,
     forge_url: source.forgeUrl,
-    forge_token: source.token,
+    // A project the app serves calls GitHub with the installation's tokens, minted as needed.
+    ...(app ? { github_app: true } : { forge_token: source.token }),
     visibility: input.visibility ?? (repo.private ? 'private' : 'public'),
   });
   if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
@@ -304,6 +400,8 @@ export async function addProjectFromForge(
     parsed.data,
     person,
   );
+  // The app's webhook delivers its events: no hook of its own to make (nor to delete).
+  if (app) return { project, hookId: null };
   // A project made here has its own webhook (never the app's), so its secret is in the answer.
   if (!webhook_secret)
     throw new Error('a project without the GitHub App answers its webhook secret');

@@ -124,7 +124,12 @@ export const projectAdmin: ProjectAdmin = {
       parse(AddProjectSchema, fields),
       origin,
     );
-    return { projectId: project.id };
+    return {
+      projectId: project.id,
+      githubApp: project.github_app,
+      // Made from the page, its visibility is the repository's.
+      private: project.visibility === 'private',
+    };
   },
 };
 

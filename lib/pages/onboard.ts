@@ -1,7 +1,8 @@
 // Adding a project from the page (issue #53): `/repositories` lists the repositories the
 // signed-in person administers on their forge (as far as Conductor's token for that forge can
-// see), each with an Add form; adding one makes the project and its webhook at the forge
-// (lib/app/onboarding.ts) and opens its settings.
+// see; on GitHub with the GitHub App, those the app is installed on), each with an Add form;
+// adding one makes the project and its webhook at the forge (none with the app, whose own
+// webhook serves it) (lib/app/onboarding.ts) and opens its settings.
 import type { HttpEvent } from '../http/index.ts';
 import { html, page } from './html.ts';
 import { htmlReply, origin, redirect, signedInAs, toLogin, viewerOf } from './index.ts';
@@ -13,15 +14,19 @@ function renderOffers(offers: RepoOffer[], csrf: string): string {
   const parts = offers.map((offer) => {
     const rows = offer.repos.map(
       (r) =>
-        html`<tr data-repo="${r.repo}"><td>${r.repo}</td><td>${r.private ? 'private' : 'public'}</td><td>${
+        html`<tr data-repo="${r.repo}"><td>${r.repo}</td><td>${r.private === null ? '' : r.private ? 'private' : 'public'}</td><td>${
           r.project
             ? html`added as <a href="/projects/${enc(r.project)}">${r.project}</a>`
             : html`<form method="post" action="/repositories" class="inline" data-add="${r.repo}"><input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="forge" value="${offer.forge}"><input type="hidden" name="repo" value="${r.repo}"><label>project id <input name="id" value="${r.suggestedId}" required maxlength="63" size="20" style="width:auto" pattern="[a-z0-9][a-z0-9-]{0,62}"></label> <button type="submit">Add</button></form>`
         }</td></tr>`,
     );
+    const none = offer.app
+      ? html`<p class="muted" data-none>No repository the GitHub App is installed on that you administer: install the app on the repository at GitHub, then reload.</p>`
+      : html`<p class="muted" data-none>No repository here that you administer and Conductor's token can manage.</p>`;
     return html`<h2>${offer.title}</h2>
+${offer.app ? html`<p data-app>The repositories the GitHub App is installed on. The app delivers their pushes and pull requests, and shows each job as a check run on the commit: no webhook is made.</p>` : ''}
 ${offer.notice ? html`<p class="notice" data-notice>${offer.notice}</p>` : ''}
-${rows.length ? html`<div class="scroll"><table><thead><tr><th>repository</th><th></th><th></th></tr></thead><tbody>${rows}</tbody></table></div>` : offer.notice ? '' : html`<p class="muted" data-none>No repository here that you administer and Conductor's token can manage.</p>`}`;
+${rows.length ? html`<div class="scroll"><table><thead><tr><th>repository</th><th></th><th></th></tr></thead><tbody>${rows}</tbody></table></div>` : offer.notice ? '' : none}`;
   });
   const body = html`<p><a href="/">← Projects</a></p><h1>Add a project</h1>
 <p>Pick a repository you administer. Conductor makes the project and sets up the repository's webhook at the forge, with a fresh secret that nobody needs to copy; the project's pipeline is <code>.conductor.yml</code> at the repository's root.</p>
@@ -42,7 +47,7 @@ export const ONBOARD_ROUTES: Record<string, AdminPageRoute> = {
     if ('reply' in got) return got.reply;
     const f = got.fields;
     const id = (f.get('id') ?? '').trim();
-    const { projectId } = await admin.addProject(
+    const added = await admin.addProject(
       ctx,
       got.person,
       {
@@ -53,6 +58,7 @@ export const ONBOARD_ROUTES: Record<string, AdminPageRoute> = {
       // Where the forge delivers: this site (CONDUCTOR_PUBLIC_URL, else the request's host).
       origin(event, ctx),
     );
-    return redirect(`/projects/${enc(projectId)}/settings?saved=added`);
+    const saved = !added.githubApp ? 'added' : added.private ? 'added-app-private' : 'added-app';
+    return redirect(`/projects/${enc(added.projectId)}/settings?saved=${saved}`);
   }),
 };

@@ -67,11 +67,14 @@ export interface RepoOffer {
   title: string;
   repos: {
     repo: string;
-    private: boolean;
+    /** Null when the forge did not say (the GitHub App's installations do not). */
+    private: boolean | null;
     project: string | null;
     suggestedId: string;
   }[];
   notice: string | null;
+  /** The repositories the GitHub App is installed on: the app delivers their events, no webhook is made. */
+  app: boolean;
 }
 
 /**
@@ -118,7 +121,7 @@ export interface ProjectAdmin {
     person: Person,
     fields: Record<string, unknown>,
     origin: string,
-  ): Promise<{ projectId: string }>;
+  ): Promise<{ projectId: string; githubApp: boolean; private: boolean }>;
 }
 
 /** A route of these pages. */
@@ -189,6 +192,11 @@ function checkbox(name: string, id: string, on: boolean, label: string): Html {
 const SAVED: Record<string, string> = {
   added:
     'The project is added, and its webhook is set up at the forge: push to the repository to start a job.',
+  'added-app':
+    'The project is added, and the GitHub App delivers its pushes and pull requests and shows its jobs as check runs: push to the repository to start a job.',
+  // The app's installation tokens are never handed to a runner (docs/security.md).
+  'added-app-private':
+    "The project is added, and the GitHub App delivers its pushes and pull requests and shows its jobs as check runs. Its repository is private: runners clone with the project's forge token, which it does not have yet; the admin token sets one (conductor project update --forge-token-file).",
   general: 'The settings are saved.',
   secret: 'The secret is saved. Its value is never shown again.',
   'secret-deleted': 'The secret is deleted.',

@@ -3,6 +3,7 @@
 // JWT with its public key, hands out installation tokens with an expiry and
 // checks them on every call.
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { installedRepositories } from '../../lib/app/github-app.ts';
@@ -64,6 +65,38 @@ const appPush = (repo: string, commit: string, installation: number) => ({
   ...githubPush(repo, commit),
   installation: { id: installation, node_id: 'MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMQ==' },
 });
+
+/** Uploads one JUnit report as the runner does: begin, PUT the bytes, commit. */
+async function uploadReport(
+  token: string,
+  task: { id: string; lease_id: string },
+  path: string,
+  xml: string,
+) {
+  const bytes = Buffer.from(xml);
+  const begin = await stack.call('POST', `/v1/runner/tasks/${task.id}/reports`, {
+    token,
+    body: {
+      lease_id: task.lease_id,
+      path,
+      size: bytes.length,
+      sha256: createHash('sha256').update(bytes).digest('hex'),
+    },
+  });
+  assert.equal(begin.status, 200, begin.text);
+  const put = await fetch(new URL(begin.body.upload.parts[0].url, stack.url), {
+    method: 'PUT',
+    body: bytes,
+  });
+  assert.ok(put.status < 300, `PUT answered ${put.status}`);
+  const commit = await stack.call(
+    'POST',
+    `/v1/runner/tasks/${task.id}/reports/${begin.body.report.id}/commit`,
+    { token, body: { lease_id: task.lease_id } },
+  );
+  assert.equal(commit.status, 200, commit.text);
+  return commit.body.report;
+}
 
 async function until<T>(what: string, read: () => T | undefined | false): Promise<T> {
   const deadline = Date.now() + 20_000;
@@ -423,4 +456,105 @@ test('an app event that names no repository is answered 200 and builds nothing',
   });
   assert.equal(res.status, 200, res.text);
   assert.equal(res.body.ignored, 'event "installation_target" triggers nothing');
+});
+
+test("a job's check run says how its tests went and names the first failed tests with their messages' first lines", async () => {
+  const repo = 'northwind/tests-app';
+  await install(207, [repo]);
+  await appProject('tests-app', repo);
+  const { token: runner } = await createWorker(stack, ['tests-app']);
+  const commit = sha('tests-app');
+  fake.setFile(
+    repo,
+    commit,
+    pipeline(
+      'tests-app',
+      '  unit:\n    script: [make test]\n    reports:\n      junit: [out/*.xml]\n',
+    ),
+  );
+  const res = await deliver('push', appPush(repo, commit, 207));
+  assert.equal(res.status, 202, res.text);
+  await waitForJob(stack, res.body.job_id, (v) => v.job.state === 'running');
+  const task = (await claimTask(stack, runner)) as { id: string; lease_id: string };
+  // 328 pass, 12 fail (one with a backtick in its name and a multi-line message): 340 tests.
+  const cases = [
+    '<testcase classname="Tax" name="rounds `half` up"><error>\n\nTypeError: rate is undefined\n    at tax.js:3\n</error></testcase>',
+    ...Array.from({ length: 328 }, (_, i) => `<testcase classname="Ledger" name="passes ${i}"/>`),
+    ...Array.from(
+      { length: 11 },
+      (_, i) =>
+        `<testcase classname="Ledger" name="balances ${i + 1}"><failure message="expected ${i + 1} to equal 0">at Ledger.java:${i + 10}</failure></testcase>`,
+    ),
+  ];
+  const report = await uploadReport(
+    runner,
+    task,
+    'out/TEST-ledger.xml',
+    `<testsuite name="ledger">${cases.join('')}</testsuite>`,
+  );
+  assert.deepEqual(report.totals, { passed: 328, failed: 11, errored: 1, skipped: 0, time_s: 0 });
+  await complete(stack, runner, task.id, {
+    lease_id: task.lease_id,
+    outcome: 'failed',
+    exit_code: 1,
+  });
+  const run = await until(
+    'the completed check run',
+    () => fake.runsFor(commit)[0]?.fields.status === 'completed' && fake.runsFor(commit)[0],
+  );
+  const { title, summary } = run.fields.output;
+  assert.match(title, /^12 of 340 tests failed; tasks /);
+  assert.match(summary, /\*\*Tests:\*\* 12 of 340 tests failed/);
+  assert.match(summary, /^- `Ledger › balances 1` `expected 1 to equal 0` \(failed in unit\)$/m);
+  const named = summary.split('\n').filter((l: string) => /^- `/.test(l));
+  assert.equal(named.length, 10, 'at most ten failed tests are named');
+  assert.match(summary, /^- … and 2 more: see the job's page$/m);
+  // In the report's order; a backtick in a name cannot break out of its code span.
+  assert.match(
+    named[0],
+    /^- `Tax › rounds 'half' up` `TypeError: rate is undefined` \(errored in unit\)$/,
+  );
+  assert.match(named[9], /balances 9/);
+  assert.doesNotMatch(summary, /balances 10/);
+  // The table of tasks is still there, after the tests.
+  assert.ok(summary.indexOf('**Tests:**') < summary.indexOf('| unit | failed |'));
+});
+
+test("a passing job's check run says how many tests passed, and lists none", async () => {
+  const repo = 'northwind/green-app';
+  await install(208, [repo]);
+  await appProject('green-app', repo);
+  const { token: runner } = await createWorker(stack, ['green-app']);
+  const commit = sha('green-app');
+  fake.setFile(
+    repo,
+    commit,
+    pipeline(
+      'green-app',
+      '  unit:\n    script: [make test]\n    reports:\n      junit: [out/*.xml]\n',
+    ),
+  );
+  const res = await deliver('push', appPush(repo, commit, 208));
+  assert.equal(res.status, 202, res.text);
+  await waitForJob(stack, res.body.job_id, (v) => v.job.state === 'running');
+  const task = (await claimTask(stack, runner)) as { id: string; lease_id: string };
+  await uploadReport(
+    runner,
+    task,
+    'out/a.xml',
+    '<testsuite name="s"><testcase name="a"/><testcase name="b"/><testcase name="c"><skipped/></testcase></testsuite>',
+  );
+  await complete(stack, runner, task.id, {
+    lease_id: task.lease_id,
+    outcome: 'success',
+    exit_code: 0,
+  });
+  const run = await until(
+    'the completed check run',
+    () => fake.runsFor(commit)[0]?.fields.status === 'completed' && fake.runsFor(commit)[0],
+  );
+  assert.equal(run.fields.conclusion, 'success');
+  assert.match(run.fields.output.title, /^2 tests passed, 1 skipped; tasks /);
+  assert.match(run.fields.output.summary, /\*\*Tests:\*\* 2 tests passed, 1 skipped/);
+  assert.doesNotMatch(run.fields.output.summary, /^- /m);
 });

@@ -4,6 +4,8 @@
 //         app's PUBLIC key, its iss (the app id), iat and exp (at most 10 minutes, not
 //         expired); answers {token, expires_at} with an expiry the test chooses; 404 for an
 //         installation it does not have
+//   GET   /repos/{o}/{r}                          the repository, as GitHub answers an installation
+//         token: full_name, clone_url, private, and no `permissions` (a user token's field)
 //   GET   /repos/{o}/{r}/contents/{path}?ref=     the pipeline file
 //   POST  /repos/{o}/{r}/check-runs               name, head_sha, status (and conclusion when
 //         completed) required, as GitHub's 422 says; 201 {id, ...}
@@ -64,6 +66,8 @@ export interface FakeGitHubApp {
   uninstall(installation: number): void;
   setFile(repo: string, sha: string, text: string): void;
   setPermission(repo: string, login: string, permission: string): void;
+  /** Makes GET /repos/{o}/{r} say the repository is public (it says private otherwise). */
+  setPublic(repo: string): void;
   /** How long the next tokens live (default an hour). */
   tokenTtlMs: number;
   /** The check runs of a commit, in order of creation. */
@@ -115,6 +119,7 @@ export async function startFakeGitHubApp(): Promise<FakeGitHubApp> {
   const tokens = new Map<string, { installation: number; expiresAt: number }>();
   const files = new Map<string, string>();
   const permissions = new Map<string, string>();
+  const publicRepos = new Set<string>();
   let nextRun = 7_000_001;
 
   const fake: FakeGitHubApp = {
@@ -130,6 +135,7 @@ export async function startFakeGitHubApp(): Promise<FakeGitHubApp> {
     uninstall: (id) => installations.delete(id),
     setFile: (repo, sha, text) => files.set(`${repo.toLowerCase()}@${sha}`, text),
     setPermission: (repo, login, p) => permissions.set(`${repo.toLowerCase()} ${login}`, p),
+    setPublic: (repo) => publicRepos.add(repo.toLowerCase()),
     runsFor: (sha) => [...fake.checkRuns.values()].filter((r) => r.fields.head_sha === sha),
     close: () =>
       new Promise((done) =>
@@ -192,14 +198,24 @@ export async function startFakeGitHubApp(): Promise<FakeGitHubApp> {
         return answer(401, { message: 'Bad credentials' });
       }
       call.installation = held.installation;
-      const repoMatch = /^\/repos\/([^/]+\/[^/]+)(\/.*)$/.exec(path);
+      const repoMatch = /^\/repos\/([^/]+\/[^/]+)(\/.*)?$/.exec(path);
       if (!repoMatch) return answer(404, { message: 'Not Found' });
       const repo = repoMatch[1]!;
-      const rest = repoMatch[2]!;
+      const rest = repoMatch[2] ?? '';
       if (!installations.get(held.installation)?.has(repo.toLowerCase())) {
         return answer(404, { message: 'Not Found' });
       }
       const b = body as Record<string, unknown> | null;
+      if (req.method === 'GET' && rest === '') {
+        const isPublic = publicRepos.has(repo.toLowerCase());
+        return answer(200, {
+          full_name: repo,
+          clone_url: `https://github.com/${repo}.git`,
+          private: !isPublic,
+          visibility: isPublic ? 'public' : 'private',
+          default_branch: 'main',
+        });
+      }
       if (req.method === 'GET' && rest.startsWith('/contents/')) {
         const text = files.get(`${repo.toLowerCase()}@${url.searchParams.get('ref')}`);
         if (text === undefined) return answer(404, { message: 'Not Found' });

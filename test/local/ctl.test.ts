@@ -127,6 +127,49 @@ test('the CLI signs with the secret it is given: a wrong one is refused', async 
   assert.match(push.out, /^HTTP 401 /);
 });
 
+test('project create --github-app makes a project the GitHub App serves, and prints no webhook secret', async () => {
+  const args = [
+    'project',
+    'create',
+    '--id',
+    'app-cli',
+    '--repo',
+    'acme/app-cli',
+    '--repo-url',
+    'https://github.com/acme/app-cli.git',
+    '--github-app',
+  ];
+  const made = await ctl(...args);
+  assert.equal(made.code, 0, made.out);
+  assert.match(made.out, /^github_app\s+true$/m);
+  assert.match(made.out, /Served by the GitHub App: install the app on acme\/app-cli at GitHub/);
+  assert.doesNotMatch(made.out, /webhook secret|payload URL/);
+  const project = await stack.call('GET', '/v1/projects/app-cli', { token: stack.adminToken });
+  assert.equal(project.body.project.github_app, true);
+  assert.equal(project.body.project.commit_statuses, 'on: check runs through the GitHub App');
+
+  // --json prints the API's answer, which has no secret either.
+  const again = await ctl(...args.map((a) => a.replace('app-cli', 'app-cli-json')), '--json');
+  assert.equal(again.code, 0, again.out);
+  const answer = JSON.parse(again.out);
+  assert.equal(answer.project.github_app, true);
+  assert.equal('webhook_secret' in answer, false);
+
+  // Without the flag, a project has its own webhook and its secret is printed, as before.
+  const own = await ctl(
+    'project',
+    'create',
+    '--id',
+    'own-hook',
+    '--repo',
+    'acme/own-hook',
+    '--repo-url',
+    'https://github.com/acme/own-hook.git',
+  );
+  assert.match(own.out, /^github_app\s+false$/m);
+  assert.match(own.out, /webhook secret \(shown once\): [0-9a-f]{48}/);
+});
+
 test('the admin token and a webhook secret can come from files, off the command line', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'conductor-ctl-files-'));
   try {
