@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { formatIssue, planPipeline } from '../lib/app/jobs.ts';
+import { formatIssue, planPipeline } from '../lib/app/plan.ts';
 import type { CompiledTask } from '../lib/pipeline/compile.ts';
 import { pipelineJsonSchema } from '../lib/pipeline/json-schema.ts';
 import { Cli, CliError, type CliIo } from './context.ts';

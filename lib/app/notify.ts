@@ -155,6 +155,6 @@ export function notifyOptions(ctx: AppContext): NotifyOptions {
     giveUpAfterS: c.CONDUCTOR_NOTIFY_GIVE_UP_H * 3600,
     // Loaded when a notification is sent: the reports module carries the
     // XML parser, which the sweep's cold start need not load.
-    testTotals: async (jobId) => (await import('./reports.ts')).testTotals(ctx, jobId),
+    testTotals: async (jobId) => (await import('./test-totals.ts')).testTotals(ctx, jobId),
   };
 }

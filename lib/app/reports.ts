@@ -8,32 +8,36 @@
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import type { AppContext } from '../context.ts';
-import { type Queryable, transaction } from '../db/index.ts';
+import { transaction } from '../db/index.ts';
 import { NotFoundError, PayloadTooLargeError } from '../errors.ts';
 import { log } from '../log.ts';
+// Not lib/reports/index.ts: that carries junit.ts and its XML parser, which
+// only reading a report loads (below).
+import { REPORT_MAX_BYTES } from '../reports/limits.ts';
+import {
+  type ParsedReport,
+  ReportError,
+  type TestFailure,
+  type TestTotals,
+  testKey,
+} from '../reports/report.ts';
 import {
   attemptReport,
   earlierFailures,
   insertReport,
   jobExists,
   jobTestRows,
-  type ParsedReport,
-  parseJUnit,
-  REPORT_MAX_BYTES,
-  ReportError,
   type ReportRow,
   recordParsed,
   recordUnreadable,
   setReportUploadId,
   sumTotals,
   type TaskTests,
-  type TestFailure,
-  type TestTotals,
-  testKey,
-} from '../reports/index.ts';
+} from '../reports/rows.ts';
 import { leasedTask, UPLOAD_URL_TTL_S } from '../storage/index.ts';
 import { CommitSchema, finishAndCheck, storeOf } from './artifacts.ts';
 
+export { describeTests, testTotals } from './test-totals.ts';
 export { CommitSchema as ReportCommitSchema };
 
 const ReportPath = z
@@ -142,6 +146,8 @@ export async function commitReport(
   let note: string | null = null;
   try {
     if (bytes === null) throw new ReportError('the uploaded file is gone from the store');
+    // The XML parser is loaded by the first report read, not at a cold start.
+    const { parseJUnit } = await import('../reports/junit.ts');
     parsed = parseJUnit(bytes);
     note = parsed.note;
   } catch (err) {
@@ -208,25 +214,4 @@ export async function listJobTests(ctx: AppContext, jobId: string): Promise<JobT
     throw new NotFoundError(`job ${jobId} does not exist`);
   }
   return { totals: sumTotals(tasks), tasks };
-}
-
-/**
- * The job's test totals, or null when none of its tasks reported any: for
- * a notification's body and the commit status.
- */
-export async function testTotals(
-  ctx: { pool: Queryable },
-  jobId: string,
-): Promise<TestTotals | null> {
-  const tasks = await jobTestRows(ctx.pool, jobId);
-  return tasks.length === 0 ? null : sumTotals(tasks);
-}
-
-/** "2 of 340 tests failed", "338 tests passed, 2 skipped": the commit status's words. */
-export function describeTests(totals: TestTotals): string {
-  const broken = totals.failed + totals.errored;
-  const all = totals.passed + broken + totals.skipped;
-  const tests = (n: number) => `${n} ${n === 1 ? 'test' : 'tests'}`;
-  if (broken > 0) return `${broken} of ${tests(all)} failed`;
-  return `${tests(totals.passed)} passed${totals.skipped > 0 ? `, ${totals.skipped} skipped` : ''}`;
 }

@@ -42,8 +42,11 @@ import {
 import { SCHEDULE_CATCH_UP } from '../states.ts';
 import { audit, type Person } from './audit.ts';
 import { projectToken } from './forge-token.ts';
+import { InputValuesSchema } from './input-values.ts';
 import { branchSource, getProject, getProjectRow } from './projects.ts';
 import { triggerJob } from './trigger.ts';
+
+export { InputValuesSchema } from './input-values.ts';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 
@@ -52,14 +55,6 @@ const RefSchema = z
   .min(1)
   .max(1024)
   .refine((r) => !/\s/.test(r), 'must not contain white space');
-
-/** Input values as the pipeline's `inputs:` takes them. */
-export const InputValuesSchema = z
-  .record(
-    z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'an input name is letters, digits and _'),
-    z.union([z.string().max(4096), z.number(), z.boolean()]),
-  )
-  .refine((v) => Object.keys(v).length <= 50, 'at most 50 inputs');
 
 const CronSchema = z
   .string()

@@ -24,7 +24,7 @@ import type { Keyring } from '../secrets.ts';
 import { postCheckRun } from './check-runs.ts';
 import type { AppConfig } from './forge-token.ts';
 import { forgeToken, getProjectRow } from './projects.ts';
-import { describeTests, testTotals } from './reports.ts';
+import { describeTests, testTotals } from './test-totals.ts';
 
 export interface DeliveryOptions {
   githubApiUrl: string;

@@ -5,7 +5,6 @@
 // NotifyRefusedError is final (no retry changes it); any other error is
 // retried by the caller.
 import { createHmac } from 'node:crypto';
-import { createTransport } from 'nodemailer';
 import type SMTPTransport from 'nodemailer/lib/smtp-transport/index.js';
 import {
   callForge,
@@ -88,6 +87,9 @@ async function sendEmail(to: string[], job: FinishedJob, opts: SendOptions): Pro
   if (!opts.smtp) {
     throw new NotifyRefusedError('no SMTP server is configured (CONDUCTOR_SMTP_URL)');
   }
+  // nodemailer (236 KB) is loaded by the first email, not at the sweep's
+  // cold start (docs/architecture.md, "Bundles").
+  const { createTransport } = await import('nodemailer');
   const transport = createTransport({
     url: opts.smtp.url,
     connectionTimeout: opts.timeoutMs,

@@ -2,7 +2,8 @@
 // reports said, failures first, per task, with their messages; and the
 // totals shown beside each task in the graph.
 import type { Queryable } from '../db/index.ts';
-import { jobTestRows, type TaskTests, type TestTotals } from '../reports/index.ts';
+import type { TestTotals } from '../reports/report.ts';
+import { jobTestRows, type TaskTests } from '../reports/rows.ts';
 import { formatMs, type Html, html } from './html.ts';
 
 /** The job's tasks' test results (the latest attempt with reports of each). */

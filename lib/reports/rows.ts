@@ -4,8 +4,8 @@
 // starts, and the summary in one transaction after the file was read.
 import type { Queryable } from '../db/index.ts';
 import { ConflictError, NotFoundError, PayloadTooLargeError } from '../errors.ts';
-import type { TestFailure, TestTotals } from './junit.ts';
 import { REPORT_MAX_FILES } from './limits.ts';
+import type { TestFailure, TestTotals } from './report.ts';
 
 /** The attempt a report belongs to. */
 export interface ReportTask {

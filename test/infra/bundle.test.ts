@@ -109,6 +109,35 @@ test('the webhook functions load neither yaml, the compiler nor the pages at a c
   }
 });
 
+test('email, the XML parser, yaml and the cron parser are loaded by the requests that need them', () => {
+  const cold = (name: BundledFunction, pkg: RegExp) =>
+    bundleOf(name).coldInputs.some((i) => pkg.test(i.path));
+  const reaches = (name: BundledFunction, pkg: RegExp) =>
+    bundleOf(name).inputs.some((i) => pkg.test(i.path));
+  const nodemailer = /node_modules\/nodemailer\//;
+  const xml = /node_modules\/fast-xml-parser\//;
+  const yaml = /node_modules\/yaml\//;
+  const croner = /node_modules\/croner\//;
+  for (const b of bundles) {
+    // nodemailer by the first email, fast-xml-parser by the first report read.
+    assert.ok(!cold(b.name, nodemailer), `${b.name} loads nodemailer at a cold start`);
+    assert.ok(!cold(b.name, xml), `${b.name} loads fast-xml-parser at a cold start`);
+  }
+  assert.ok(reaches('sweep', nodemailer), 'the sweep sends emails');
+  assert.ok(reaches('api', xml), 'the api reads reports');
+  // The api loads yaml and the compiler for a manual trigger's inputs only (lib/app/plan.ts).
+  assert.ok(!cold('api', yaml), 'api loads yaml at a cold start');
+  assert.ok(
+    !bundleOf('api').coldInputs.some((i) => i.path === 'lib/pipeline/compile.ts'),
+    'api loads the compiler at a cold start',
+  );
+  assert.ok(reaches('api', yaml), "the api checks a trigger's inputs");
+  // A webhook triggers jobs with inputs (a rerun) but never parses a cron.
+  for (const name of ['webhook', 'webhookQueue'] as const) {
+    assert.ok(!cold(name, croner), `${name} loads croner at a cold start`);
+  }
+});
+
 test('the functions told CONDUCTOR_PUBLIC_URL are exactly those whose bundle posts commit statuses', () => {
   // A status links to the job page only where the URL is known: a function
   // that starts posting statuses must join STATUS_POSTERS, or its links vanish.
