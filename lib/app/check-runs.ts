@@ -23,12 +23,12 @@ import {
 } from '../forge/github/app.ts';
 import { github } from '../forge/github/index.ts';
 import { StatusRefusedError, statusContext } from '../forge/statuses.ts';
-import { jobTestRows, sumTotals } from '../reports/index.ts';
+import { jobTestRows, sumTotals } from '../reports/rows.ts';
 import { getJobView } from '../scheduler/views.ts';
 import type { Keyring } from '../secrets.ts';
 import { type AppConfig, projectToken } from './forge-token.ts';
 import type { ProjectRow } from './projects.ts';
-import { describeTests } from './reports.ts';
+import { describeTests } from './test-totals.ts';
 import { readTaskLog } from './views.ts';
 
 /** The most log lines of the first failure a check run shows. */

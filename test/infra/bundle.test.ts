@@ -20,8 +20,6 @@ import {
   type BundledFunction,
   bundleFunctions,
   byPackage,
-  COLD_IMPORT_BUDGET_MS,
-  coldImport,
   MIGRATIONS_HASH_FILE,
   SIZE_BUDGET,
 } from '../../scripts/bundle.ts';
@@ -52,17 +50,10 @@ test('every function fits its size budget', (t) => {
   }
 });
 
-test('every function imports within its cold-import budget', (t) => {
-  // A fresh node per run, medians of 7 (scripts/bundle.ts, coldImport).
-  for (const b of bundles) {
-    const { cpuMs, wallMs } = coldImport(b.dir);
-    t.diagnostic(`${b.name}: ${cpuMs.toFixed(0)} ms of CPU (${wallMs.toFixed(0)} ms wall)`);
-    assert.ok(
-      cpuMs <= COLD_IMPORT_BUDGET_MS[b.name],
-      `${b.name} takes ${cpuMs.toFixed(0)} ms to import, over its ${COLD_IMPORT_BUDGET_MS[b.name]} ms`,
-    );
-  }
-});
+// The cold import's time is checked by `npm run bundle-size` (its table, and
+// exit 1 past a function's budget), which .ci/run runs after the suite, on a
+// quiet machine: a time is a measure, never an assertion in a test (the
+// suite runs files side by side), and it cost this file 80 s of node starts.
 
 test('no cold start loads the AWS SDK', () => {
   // Every import of it is an import() at the call that needs it: its
