@@ -65,6 +65,7 @@ export const ContextSchema = z.object({
     .optional(),
   fargateRunners: bool.optional(),
   githubApp: bool.optional(),
+  pushChannel: bool.optional(),
   runnerImage: z
     .string()
     .regex(/^[a-z0-9][\w.:/@-]{0,499}$/, 'must be an image reference, e.g. ghcr.io/acme/runner:1')
@@ -124,6 +125,7 @@ export const VALID_VALUES: Readonly<Record<keyof Context, string>> = {
   publicUrl: 'an https:// URL without query or fragment, e.g. https://ci.example.com',
   fargateRunners: 'true or false',
   githubApp: 'true or false',
+  pushChannel: 'true or false',
   runnerImage: 'an image reference, e.g. 123456789012.dkr.ecr.eu-west-1.amazonaws.com/runner:1',
   existingVpc:
     'JSON: {"vpcId": "vpc-...", "availabilityZones": [...], "privateSubnetIds": [...], "isolatedSubnetIds"?: [...]}',
@@ -213,6 +215,7 @@ export function propsFromContext(get: (key: string) => unknown): {
       publicUrl: c.publicUrl,
       fargateRunners: c.fargateRunners,
       githubApp: c.githubApp,
+      pushChannel: c.pushChannel,
       runnerImage: c.runnerImage,
     },
   };

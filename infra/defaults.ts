@@ -31,4 +31,8 @@ export const SETTING_DEFAULTS = {
   // Opt-in: building the runner's image needs Docker at deploy.
   fargateRunners: false,
   githubApp: false,
+  // On: an API Gateway WebSocket API and a Lambda cost nothing while no
+  // runner connects, and about $0.03 a month per idle runner that does
+  // (infra/cost.ts, pushChannelCost).
+  pushChannel: true,
 } as const satisfies { [K in keyof Context]?: Context[K] };

@@ -42,6 +42,9 @@ const SPECS: Record<ConductorFunction, FunctionSpec> = {
   // Shorter than the default one-minute interval, so sweeps rarely overlap
   // (they may: each repair re-checks its row).
   sweep: { memorySize: 512, timeout: Duration.seconds(55), description: 'Sweep: leases, repairs' },
+  // The push channel's $connect/$disconnect/$default: a ticket's signature
+  // checked, an object written or deleted; never the database.
+  channel: { ...HTTP, description: 'Push channel: WebSocket connects and disconnects' },
   migrate: {
     memorySize: 512,
     timeout: Duration.minutes(5),
@@ -68,7 +71,13 @@ export const RESERVED_CONCURRENCY: Record<ConductorFunction, number> = {
   compile: 10,
   sweep: 1,
   migrate: 1,
+  // Opens no database connection (the stack leaves it out of the sum); a
+  // $connect throttled past this is a runner that polls a while longer.
+  channel: 20,
 };
+
+/** The functions that never open a database connection: no rds-db:connect, no database secret. */
+export const DATABASE_FREE: readonly ConductorFunction[] = ['channel'];
 
 export interface FunctionsProps {
   bundleDir: string;

@@ -1,7 +1,7 @@
 // The Conductor deployment: one Lambda per function behind an HTTP API whose
 // routes come from lib/http/routes.ts, the sweep on an EventBridge schedule,
 // Aurora PostgreSQL Serverless v2 that pauses when idle (RDS Proxy as an
-// option), the idle gate's bucket, the webhook queue, the secrets in Secrets
+// option), the idle gate's bucket, the runners' push channel (a WebSocket API), the webhook queue, the secrets in Secrets
 // Manager, migrations applied on deploy, alarms. Synthesises offline: no
 // context lookups, no Docker (the functions are bundled by scripts/bundle.ts).
 // This file is the wiring; the parts are network.ts, database.ts,
@@ -33,6 +33,7 @@ import {
   Tags,
 } from 'aws-cdk-lib';
 import type { Construct } from 'constructs';
+import { CHANNEL_PREFIX } from '../lib/channel/registry.ts';
 import { ROUTES, type FunctionName as RoutedFunction, routeKey } from '../lib/http/routes.ts';
 import { DELIVERY_PREFIX } from '../lib/idle/aws-intake.ts';
 import { GATE_KEY } from '../lib/idle/s3.ts';
@@ -42,7 +43,13 @@ import { Alarms } from './alarms.ts';
 import { Database, type ExistingDatabase } from './database.ts';
 import { SETTING_DEFAULTS as DEFAULTS } from './defaults.ts';
 import { RunnerFleet } from './fleet.ts';
-import { type ConductorFunction, Functions, pascal, RESERVED_CONCURRENCY } from './functions.ts';
+import {
+  type ConductorFunction,
+  DATABASE_FREE,
+  Functions,
+  pascal,
+  RESERVED_CONCURRENCY,
+} from './functions.ts';
 import { type ExistingVpc, Network } from './network.ts';
 import { createAppSecrets, createGitHubAppSecret } from './secrets.ts';
 import { ARTIFACT_ACTIONS, artifactsBucket, grantArtifacts, privateBucket } from './storage.ts';
@@ -81,6 +88,26 @@ export const STATUS_POSTERS = [
  */
 export const GITHUB_APP_READERS = STATUS_POSTERS;
 
+/**
+ * The functions that post the push channel's hints (lib/app/channel.ts,
+ * hintRunners, which tasksClaimable runs after a commit): each is told the
+ * channel's URLs, may post to its connections, and reads the registry
+ * (test/infra/bundle.test.ts checks this list against what each bundle
+ * carries). The claim is one of them twice over: it also offers the channel.
+ */
+export const CHANNEL_HINTERS = [
+  'webhook',
+  'webhookQueue',
+  'api',
+  'compile',
+  'claim',
+  'complete',
+  'sweep',
+] as const satisfies ConductorFunction[];
+
+/** The push channel's WebSocket stage (its URL ends in it). */
+export const CHANNEL_STAGE = 'v1';
+
 /** The functions that carry the ecs provider (lib/app/fleet-aws.ts) and launch Fargate runners. */
 export const RUNNER_LAUNCHERS = ['api', 'sweep'] as const satisfies ConductorFunction[];
 
@@ -104,8 +131,10 @@ const GATE_WRITERS = [
   'compile',
   'complete',
 ] as const satisfies ConductorFunction[];
-// Those that seal or open secrets: every function but heartbeat and migrate.
+// Those that seal or open secrets (the channel checks tickets signed with a
+// key derived from the keyring's): every function but heartbeat and migrate.
 const KEY_READERS: readonly ConductorFunction[] = [
+  'channel',
   'webhook',
   'webhookQueue',
   'claim',
@@ -183,6 +212,13 @@ export interface ConductorStackProps extends StackProps {
    * (infra/fleet.ts). Needs a VPC (not `outsideVpc`). Default false.
    */
   fargateRunners?: boolean;
+  /**
+   * The runners' push channel (docs/runner.md, "The push channel"): an API
+   * Gateway WebSocket API and the channel function; free while no runner
+   * holds it open (infra/cost.ts, pushChannelCost). Default true; false:
+   * runners poll.
+   */
+  pushChannel?: boolean;
   /** The runners' image instead of building Dockerfile.runner (needs Docker at deploy). */
   runnerImage?: string;
   /** The build context of Dockerfile.runner; default the repository (tests give a stand-in). */
@@ -206,6 +242,9 @@ export class ConductorStack extends Stack {
   readonly alarmTopic: sns.Topic;
   /** Fargate runners for `ecs` pools, with `fargateRunners`. */
   readonly runnerFleet?: RunnerFleet;
+  /** The runners' push channel and its stage, unless `pushChannel` is false. */
+  readonly channelApi?: apigwv2.WebSocketApi;
+  readonly channelStage?: apigwv2.WebSocketStage;
 
   constructor(scope: Construct, id: string, props: ConductorStackProps = {}) {
     super(scope, id, props);
@@ -255,7 +294,10 @@ export class ConductorStack extends Stack {
     const poolMax = props.dbPoolMax ?? DEFAULTS.dbPoolMax;
     const reserve = props.reservedConcurrency ?? DEFAULTS.reservedConcurrency;
     if (reserve && this.cluster) {
-      const used = FUNCTION_NAMES.reduce((n, f) => n + RESERVED_CONCURRENCY[f] * poolMax, 0);
+      const used = FUNCTION_NAMES.filter((f) => !DATABASE_FREE.includes(f)).reduce(
+        (n, f) => n + RESERVED_CONCURRENCY[f] * poolMax,
+        0,
+      );
       const limit = Math.floor(auroraMaxConnections(maxCapacity) * 0.9);
       if (used > limit) {
         throw new Error(
@@ -285,7 +327,9 @@ export class ConductorStack extends Stack {
       reserveConcurrency: reserve,
       retention: props.logRetentionDays ?? DEFAULTS.logRetentionDays,
       secretsOf: (name) => [
-        ...(name === 'migrate' || !iamAuth ? [this.dbSecret] : []),
+        ...(name === 'migrate' || (!iamAuth && !DATABASE_FREE.includes(name))
+          ? [this.dbSecret]
+          : []),
         ...(KEY_READERS.includes(name) ? [secretKey] : []),
         ...(name === 'api' ? [appSecret] : []),
         ...(githubAppSecret && (GITHUB_APP_READERS as readonly string[]).includes(name)
@@ -293,7 +337,10 @@ export class ConductorStack extends Stack {
           : []),
       ],
       environmentOf: (name) => ({
-        ...(name === 'migrate' || !iamAuth
+        // A function that never connects is still told a database (the
+        // context's pool is made lazily), as the IAM user with no right to
+        // connect: neither the secret nor rds-db:connect.
+        ...(name === 'migrate' || (!iamAuth && !DATABASE_FREE.includes(name))
           ? { CONDUCTOR_DB_SECRET_ARN: this.dbSecret.secretArn }
           : { CONDUCTOR_DB_IAM_USER: APP_DB_USER }),
         ...(name === 'migrate' && iamAuth ? { CONDUCTOR_DB_APP_ROLE: APP_DB_USER } : {}),
@@ -328,7 +375,9 @@ export class ConductorStack extends Stack {
     this.functions = functions;
     if (iamAuth) {
       for (const name of FUNCTION_NAMES) {
-        if (name !== 'migrate') this.cluster!.grantConnect(functions[name], APP_DB_USER);
+        if (name !== 'migrate' && !DATABASE_FREE.includes(name)) {
+          this.cluster!.grantConnect(functions[name], APP_DB_USER);
+        }
       }
     }
     for (const [name, actions] of Object.entries(ARTIFACT_ACTIONS)) {
@@ -451,6 +500,10 @@ export class ConductorStack extends Stack {
       });
     }
 
+    if (props.pushChannel ?? DEFAULTS.pushChannel) {
+      [this.channelApi, this.channelStage] = this.createChannel(functions);
+    }
+
     this.httpApi = this.createHttpApi(functions);
     // Set once the API exists. No cycle: a function refers to the Api
     // resource (its ApiEndpoint attribute), and the Api refers to no function;
@@ -550,12 +603,95 @@ export class ConductorStack extends Stack {
       new CfnOutput(this, 'GitHubAppSecretArn', { value: githubAppSecret.secretArn });
     }
     new CfnOutput(this, 'GateBucketName', { value: this.gateBucket.bucketName });
+    if (this.channelStage) {
+      new CfnOutput(this, 'ChannelUrl', { value: this.channelStage.url });
+    }
     new CfnOutput(this, 'WebhookDeadLettersUrl', { value: this.webhookDeadLetters.queueUrl });
     new CfnOutput(this, 'DatabaseSecretArn', { value: this.dbSecret.secretArn });
     new CfnOutput(this, 'DatabaseHost', { value: database.host });
     new CfnOutput(this, 'MigrateFunctionName', { value: functions.migrate.functionName });
     new CfnOutput(this, 'CompileFailuresQueueUrl', { value: this.compileFailures.queueUrl });
     new CfnOutput(this, 'AlarmTopicArn', { value: this.alarmTopic.topicArn });
+  }
+
+  /**
+   * The runners' push channel (issue #52; lib/app/channel.ts): a WebSocket
+   * API whose $connect, $disconnect and $default go to the channel function,
+   * which keeps the connection registry under `channel/` in the gate's
+   * bucket and never touches the database; the functions that make tasks
+   * claimable list that registry and post hints to the stage's connections.
+   */
+  private createChannel(
+    functions: Record<ConductorFunction, lambda.Function>,
+  ): [apigwv2.WebSocketApi, apigwv2.WebSocketStage] {
+    const integration = new apigwv2Integrations.WebSocketLambdaIntegration(
+      'ChannelIntegration',
+      functions.channel,
+    );
+    const api = new apigwv2.WebSocketApi(this, 'ChannelApi', {
+      apiName: `${this.stackName}-channel`,
+      description: "Conductor: the runners' push channel (a hint that tasks are claimable)",
+      connectRouteOptions: { integration },
+      disconnectRouteOptions: { integration },
+      defaultRouteOptions: { integration },
+    });
+    const stage = new apigwv2.WebSocketStage(this, 'ChannelStage', {
+      webSocketApi: api,
+      stageName: CHANNEL_STAGE,
+      autoDeploy: true,
+      // Connects and keepalives: a runner sends one message every 9 minutes.
+      throttle: { rateLimit: 50, burstLimit: 100 },
+    });
+    const registry = this.gateBucket.arnForObjects(`${CHANNEL_PREFIX}*`);
+    // $connect writes its connection's entry, $disconnect deletes it.
+    functions.channel.addToRolePolicy(
+      new iam.PolicyStatement({
+        sid: 'ChannelRegistry',
+        actions: ['s3:PutObject', 's3:DeleteObject'],
+        resources: [registry],
+      }),
+    );
+    functions.channel.addEnvironment('CONDUCTOR_CHANNEL_BUCKET', this.gateBucket.bucketName);
+    const connections = this.formatArn({
+      service: 'execute-api',
+      resource: api.apiId,
+      resourceName: `${stage.stageName}/POST/@connections/*`,
+    });
+    for (const name of ['channel', ...CHANNEL_HINTERS] as const) {
+      // The channel function hands out no offer and posts no hint, but its
+      // registry is configured only when both URLs are set.
+      functions[name].addEnvironment('CONDUCTOR_CHANNEL_URL', stage.url);
+      functions[name].addEnvironment('CONDUCTOR_CHANNEL_ENDPOINT', stage.callbackUrl);
+    }
+    for (const name of CHANNEL_HINTERS) {
+      const fn = functions[name];
+      // Hints: POST @connections/{id} on this stage, nothing else of the API.
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          sid: 'ChannelHints',
+          actions: ['execute-api:ManageConnections'],
+          resources: [connections],
+        }),
+      );
+      // The registry: list it, read each entry, delete one API Gateway
+      // answers gone (410).
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          sid: 'ChannelRegistryEntries',
+          actions: ['s3:GetObject', 's3:DeleteObject'],
+          resources: [registry],
+        }),
+      );
+      fn.addToRolePolicy(
+        new iam.PolicyStatement({
+          sid: 'ChannelRegistryList',
+          actions: ['s3:ListBucket'],
+          resources: [this.gateBucket.bucketArn],
+          conditions: { StringLike: { 's3:prefix': [`${CHANNEL_PREFIX}*`] } },
+        }),
+      );
+    }
+    return [api, stage];
   }
 
   /** The HTTP API, built from the same route table as the local server. */

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { STATUS_POSTERS } from '../../infra/stack.ts';
+import { CHANNEL_HINTERS, STATUS_POSTERS } from '../../infra/stack.ts';
 import { loadMigrationSet } from '../../lib/db/index.ts';
 import { PAGE_ROUTES } from '../../lib/pages/index.ts';
 import {
@@ -137,6 +137,19 @@ test('the functions told CONDUCTOR_PUBLIC_URL are exactly those whose bundle pos
     .map((b) => b.name)
     .sort();
   assert.deepEqual(posting, [...STATUS_POSTERS].sort());
+});
+
+test('the functions told the push channel and allowed to post to it are exactly those whose bundle posts hints', () => {
+  // hintRunners (lib/app/channel.ts) posts through lib/channel/post.ts after a
+  // commit: a function that starts making tasks claimable must join
+  // CHANNEL_HINTERS, or its hints fail for want of the URL and the right.
+  const hinting = bundles
+    .filter((b) => b.inputs.some((i) => i.path === 'lib/channel/post.ts'))
+    .map((b) => b.name)
+    .sort();
+  assert.deepEqual(hinting, [...CHANNEL_HINTERS].sort());
+  // The channel function keeps the registry and posts no hint.
+  assert.ok(!bundleOf('channel').inputs.some((i) => i.path === 'lib/channel/post.ts'));
 });
 
 test('zod ships with English messages only', () => {

@@ -5,7 +5,12 @@ import { describe, test } from 'node:test';
 import type { aws_iam as iam } from 'aws-cdk-lib';
 import { App, Duration } from 'aws-cdk-lib';
 import { Annotations, Match } from 'aws-cdk-lib/assertions';
-import { COMPILE_INVOKERS, ConductorStack, FUNCTION_NAMES } from '../../infra/stack.ts';
+import {
+  CHANNEL_HINTERS,
+  COMPILE_INVOKERS,
+  ConductorStack,
+  FUNCTION_NAMES,
+} from '../../infra/stack.ts';
 import { ROUTES, routeKey } from '../../lib/http/routes.ts';
 import {
   asList,
@@ -44,12 +49,29 @@ function integratedFunction(s: Synthesised, route: Resource): string | undefined
   return functionIds(s).get(uri['Fn::GetAtt'][0]);
 }
 
-function routesByKey(s: Synthesised): Map<string, Resource> {
+/** The routes of one API (the HTTP API by default), by route key. */
+function routesByKey(
+  s: Synthesised,
+  apiId = logicalId(s.stack, s.stack.httpApi),
+): Map<string, Resource> {
   return new Map(
-    resourcesOf(s.json, 'AWS::ApiGatewayV2::Route').map(([, r]) => [
-      r.Properties.RouteKey as string,
-      r,
-    ]),
+    resourcesOf(s.json, 'AWS::ApiGatewayV2::Route')
+      .filter(([, r]) => JSON.stringify(r.Properties.ApiId) === JSON.stringify({ Ref: apiId }))
+      .map(([, r]) => [r.Properties.RouteKey as string, r]),
+  );
+}
+
+/** The functions API Gateway may invoke for one API, by name. */
+function invokableBy(s: Synthesised, apiId: string): Set<string | undefined> {
+  return new Set(
+    resourcesOf(s.json, 'AWS::Lambda::Permission')
+      .filter(([, p]) => p.Properties.Principal === 'apigateway.amazonaws.com')
+      .filter(([, p]) => JSON.stringify(p.Properties.SourceArn).includes(`{"Ref":"${apiId}"}`))
+      .map(([, p]) =>
+        functionIds(s).get(
+          (p.Properties.FunctionName as { 'Fn::GetAtt': string[] })['Fn::GetAtt'][0]!,
+        ),
+      ),
   );
 }
 
@@ -89,14 +111,17 @@ describe('the HTTP API', () => {
 
   test('API Gateway may invoke exactly the functions that serve routes', () => {
     const routed = new Set(ROUTES.map((r) => r.fn));
-    const invokable = resourcesOf(byDefault.json, 'AWS::Lambda::Permission')
-      .filter(([, p]) => p.Properties.Principal === 'apigateway.amazonaws.com')
-      .map(([, p]) =>
-        functionIds(byDefault).get(
-          (p.Properties.FunctionName as { 'Fn::GetAtt': string[] })['Fn::GetAtt'][0]!,
-        ),
-      );
-    assert.deepEqual(new Set(invokable), routed);
+    const httpApi = logicalId(byDefault.stack, byDefault.stack.httpApi);
+    assert.deepEqual(invokableBy(byDefault, httpApi), routed);
+    // Every permission API Gateway has is the HTTP API's or the channel's.
+    const channelApi = logicalId(byDefault.stack, byDefault.stack.channelApi!);
+    const all = resourcesOf(byDefault.json, 'AWS::Lambda::Permission').filter(
+      ([, p]) => p.Properties.Principal === 'apigateway.amazonaws.com',
+    );
+    for (const [id, p] of all) {
+      const arn = JSON.stringify(p.Properties.SourceArn);
+      assert.ok(arn.includes(httpApi) || arn.includes(channelApi), id);
+    }
   });
 });
 
@@ -559,8 +584,10 @@ describe('idle', () => {
       's3:PutObject',
     ]);
     assert.equal(touching.get('heartbeat'), undefined);
+    // Listing the whole bucket; the push channel's hinters list `channel/` only (below).
     const listers = policyStatements(json)
       .filter(({ statement }) => asList(statement.Action).includes('s3:ListBucket'))
+      .filter(({ statement }) => statement.Condition === undefined)
       .filter(({ statement }) => JSON.stringify(statement.Resource).includes(bucket))
       .flatMap(({ roles }) => roles.map((r) => roleIds(byDefault).get(r)));
     assert.deepEqual(listers.sort(), ['api', 'claim', 'sweep', 'webhook']);
@@ -615,6 +642,179 @@ describe('idle', () => {
 });
 
 const existingProps = EXISTING_RESOURCES;
+
+describe('the push channel', () => {
+  const { stack, json, template } = byDefault;
+  const apiId = logicalId(stack, stack.channelApi!);
+  const bucket = logicalId(stack, stack.gateBucket);
+  const registry = { 'Fn::Join': ['', [{ 'Fn::GetAtt': [bucket, 'Arn'] }, '/channel/*']] };
+  const stageUrl = (scheme: string) => ({
+    'Fn::Join': [
+      '',
+      [
+        `${scheme}://`,
+        { Ref: apiId },
+        '.execute-api.',
+        { Ref: 'AWS::Region' },
+        '.',
+        { Ref: 'AWS::URLSuffix' },
+        '/v1',
+      ],
+    ],
+  });
+  /** Each function's statements that touch the channel: execute-api, or the registry's keys. */
+  const statementsOf = (s: Synthesised, name: (typeof FUNCTION_NAMES)[number]) => {
+    const roleId = logicalId(s.stack, s.stack.functions[name].role as iam.Role);
+    return policyStatements(s.json)
+      .filter(({ roles }) => roles.includes(roleId))
+      .map(({ statement }) => statement);
+  };
+
+  test('is on by default: a WebSocket API whose $connect, $disconnect and $default go to the channel function', () => {
+    const apis = resourcesOf(json, 'AWS::ApiGatewayV2::Api').filter(
+      ([, r]) => r.Properties.ProtocolType === 'WEBSOCKET',
+    );
+    assert.deepEqual(
+      apis.map(([id]) => id),
+      [apiId],
+    );
+    const routes = routesByKey(byDefault, apiId);
+    assert.deepEqual([...routes.keys()].sort(), ['$connect', '$default', '$disconnect']);
+    const channelFn = logicalId(stack, stack.functions.channel);
+    for (const [key, route] of routes) {
+      const target = route.Properties.Target as { 'Fn::Join': [string, [string, { Ref: string }]] };
+      const integration = json.Resources[target['Fn::Join'][1][1].Ref]!;
+      assert.equal(integration.Properties.IntegrationType, 'AWS_PROXY', key);
+      assert.match(
+        JSON.stringify(integration.Properties.IntegrationUri),
+        new RegExp(channelFn),
+        key,
+      );
+    }
+    // API Gateway may invoke the channel function from this API, and nothing else.
+    assert.deepEqual(invokableBy(byDefault, apiId), new Set(['channel']));
+  });
+
+  test('its stage v1 deploys on its own, is throttled, and its wss:// URL is an output', () => {
+    template.hasResourceProperties('AWS::ApiGatewayV2::Stage', {
+      ApiId: { Ref: apiId },
+      StageName: 'v1',
+      AutoDeploy: true,
+      DefaultRouteSettings: { ThrottlingRateLimit: 50, ThrottlingBurstLimit: 100 },
+    });
+    template.hasOutput('ChannelUrl', { Value: stageUrl('wss') });
+  });
+
+  test('the functions that hint runners are told the stage: its wss:// URL and its https:// management endpoint', () => {
+    for (const name of FUNCTION_NAMES) {
+      const env = envOf(byDefault, name);
+      const told = name === 'channel' || (CHANNEL_HINTERS as readonly string[]).includes(name);
+      assert.deepEqual(env.CONDUCTOR_CHANNEL_URL, told ? stageUrl('wss') : undefined, name);
+      assert.deepEqual(env.CONDUCTOR_CHANNEL_ENDPOINT, told ? stageUrl('https') : undefined, name);
+    }
+    // The registry is the gate's bucket: the hinters know it as the gate's, the channel function by name.
+    assert.deepEqual(envOf(byDefault, 'channel').CONDUCTOR_CHANNEL_BUCKET, { Ref: bucket });
+    assert.equal(envOf(byDefault, 'channel').CONDUCTOR_GATE_BUCKET, undefined);
+    for (const name of CHANNEL_HINTERS) {
+      assert.deepEqual(envOf(byDefault, name).CONDUCTOR_GATE_BUCKET, { Ref: bucket }, name);
+    }
+  });
+
+  test('the hinters may post to connections of that stage only, and read, delete and list the registry only', () => {
+    const connections = {
+      'Fn::Join': [
+        '',
+        [
+          'arn:',
+          { Ref: 'AWS::Partition' },
+          ':execute-api:',
+          { Ref: 'AWS::Region' },
+          ':',
+          { Ref: 'AWS::AccountId' },
+          ':',
+          { Ref: apiId },
+          '/v1/POST/@connections/*',
+        ],
+      ],
+    };
+    for (const name of FUNCTION_NAMES) {
+      const mine = statementsOf(byDefault, name);
+      const hinter = (CHANNEL_HINTERS as readonly string[]).includes(name);
+      const posts = mine.filter((st) =>
+        asList(st.Action).some((a) => a.startsWith('execute-api:')),
+      );
+      assert.deepEqual(
+        posts.map((st) => [st.Action, st.Resource]),
+        hinter ? [['execute-api:ManageConnections', connections]] : [],
+        name,
+      );
+      const onRegistry = mine.filter((st) => JSON.stringify(st.Resource).includes('/channel/'));
+      const expected =
+        name === 'channel'
+          ? [['s3:PutObject', 's3:DeleteObject']]
+          : hinter
+            ? [['s3:GetObject', 's3:DeleteObject']]
+            : [];
+      assert.deepEqual(
+        onRegistry.map((st) => asList(st.Action)),
+        expected,
+        name,
+      );
+      for (const st of onRegistry) assert.deepEqual(st.Resource, registry, name);
+      const prefixLists = mine.filter(
+        (st) => asList(st.Action).includes('s3:ListBucket') && st.Condition !== undefined,
+      );
+      assert.deepEqual(
+        prefixLists.map((st) => [st.Resource, st.Condition]),
+        hinter
+          ? [[{ 'Fn::GetAtt': [bucket, 'Arn'] }, { StringLike: { 's3:prefix': ['channel/*'] } }]]
+          : [],
+        name,
+      );
+    }
+  });
+
+  test('the channel function never reaches the database, and touches nothing of the bucket but the registry', () => {
+    for (const s of [byDefault, withProxy]) {
+      const mine = statementsOf(s, 'channel');
+      const actions = mine.flatMap((st) => asList(st.Action));
+      assert.ok(!actions.some((a) => a.startsWith('rds')), actions.join(' '));
+      // The sealing key (tickets are signed with a key derived from it), never the database's secret.
+      const secrets = mine
+        .filter((st) => asList(st.Action).includes('secretsmanager:GetSecretValue'))
+        .flatMap((st) => asList(st.Resource as unknown[]));
+      assert.deepEqual(secrets, [{ Ref: logicalId(s.stack, s.stack.secretKey) }]);
+      const s3 = mine.filter((st) => asList(st.Action).some((a) => a.startsWith('s3:')));
+      assert.deepEqual(
+        s3.map((st) => [asList(st.Action), st.Resource]),
+        [[['s3:PutObject', 's3:DeleteObject'], registry]],
+      );
+      const env = envOf(s, 'channel');
+      assert.equal(env.CONDUCTOR_DB_SECRET_ARN, undefined);
+    }
+  });
+
+  test('pushChannel=false leaves the API out: nothing is told a channel or may post to one', () => {
+    const without = synth(bundles, { pushChannel: false });
+    assert.equal(without.stack.channelApi, undefined);
+    assert.deepEqual(
+      resourcesOf(without.json, 'AWS::ApiGatewayV2::Api').filter(
+        ([, r]) => r.Properties.ProtocolType === 'WEBSOCKET',
+      ),
+      [],
+    );
+    for (const name of FUNCTION_NAMES) {
+      assert.equal(envOf(without, name).CONDUCTOR_CHANNEL_URL, undefined, name);
+    }
+    const text = JSON.stringify(without.json);
+    assert.doesNotMatch(text, /execute-api:ManageConnections/);
+    assert.doesNotMatch(text, /\/channel\/\*/);
+    assert.equal(
+      (without.json as { Outputs?: Record<string, unknown> }).Outputs?.ChannelUrl,
+      undefined,
+    );
+  });
+});
 
 describe('existing resources', () => {
   const existing = synth(bundles, existingProps);

@@ -68,6 +68,7 @@ export interface Statement {
   Effect: string;
   Action: string | string[];
   Resource: unknown;
+  Condition?: Record<string, Record<string, unknown>>;
 }
 
 /** Every statement of every inline policy, with the role logical ids it is attached to. */
