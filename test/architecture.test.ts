@@ -32,7 +32,7 @@ const PRIMITIVES = [
  * other (each is a Lambda of its own).
  */
 const ALLOWED: Record<string, readonly string[]> = {
-  infra: ['functions', 'scripts', 'app', 'http', 'idle', 'db', 'context', 'primitives'],
+  infra: ['functions', 'scripts', 'app', 'http', 'idle', 'channel', 'db', 'context', 'primitives'],
   local: [
     'functions',
     'runner',
