@@ -11,6 +11,12 @@ import { zodIssues } from '../http/index.ts';
 import type { ProjectAdmin } from '../pages/settings.ts';
 import type { Person } from '../people/sessions.ts';
 import {
+  createNotification,
+  deleteNotification,
+  listNotifications,
+  NotificationCreateSchema,
+} from './notifications.ts';
+import {
   AddProjectSchema,
   addProjectFromForge,
   projectIdFor,
@@ -82,6 +88,14 @@ export const projectAdmin: ProjectAdmin = {
     return putSecret(ctx.pool, ctx.keyring, id, name, checked, by);
   },
   deleteSecret: (ctx, id, name, by) => deleteSecret(ctx.pool, id, name, by),
+
+  notifications: (ctx, id) => listNotifications(ctx.pool, id),
+  async createNotification(ctx, id, fields, by) {
+    const input = parse(NotificationCreateSchema, fields);
+    const { notification, secret } = await createNotification(ctx.pool, ctx.keyring, id, input, by);
+    return { kind: notification.kind, secret: secret ?? null };
+  },
+  deleteNotification: (ctx, id, nid, by) => deleteNotification(ctx.pool, id, nid, by),
 
   schedules: (ctx, id) => projectSchedules(ctx, id),
   async createSchedule(ctx, id, fields, by) {

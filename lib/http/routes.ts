@@ -101,6 +101,8 @@ export const ROUTES: readonly Route[] = [
   { method: 'POST', path: '/projects/{id}/settings', fn: 'api' },
   { method: 'POST', path: '/projects/{id}/settings/secrets', fn: 'api' },
   { method: 'POST', path: '/projects/{id}/settings/secrets/{name}/delete', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/notifications', fn: 'api' },
+  { method: 'POST', path: '/projects/{id}/settings/notifications/{nid}/delete', fn: 'api' },
   { method: 'POST', path: '/projects/{id}/settings/schedules', fn: 'api' },
   { method: 'POST', path: '/projects/{id}/settings/schedules/{name}', fn: 'api' },
   { method: 'POST', path: '/projects/{id}/settings/schedules/{name}/delete', fn: 'api' },

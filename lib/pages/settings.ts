@@ -1,5 +1,5 @@
 // A project's settings in the browser (issue #53): policies, visibility and `org:` groups,
-// secrets (names only), schedules, and the workers that serve it; and deleting it. For people
+// secrets (names only), notifications (issue #54; where they go as the API shows it), schedules, and the workers that serve it; and deleting it. For people
 // the forge says administer the repository (writers see the page without its forms; readers
 // get a 403). Every form carries the session's CSRF token; every change goes through the
 // admin API's own use cases (handed in as a ProjectAdmin by the api function), which validate,
@@ -38,6 +38,16 @@ export interface SettingsProject {
   has_forge_token: boolean;
   /** Whether Conductor made the forge's webhook (and deletes it with the project). */
   hook_made: boolean;
+}
+
+/** A notification as the API shows it: the URL's origin only, never the URL or its secret. */
+export interface SettingsNotification {
+  id: string;
+  kind: string;
+  url_host?: string;
+  to?: string[];
+  on: string[];
+  branches: string[] | null;
 }
 
 export interface SettingsSchedule {
@@ -94,6 +104,15 @@ export interface ProjectAdmin {
     by: Person,
   ): Promise<{ warning: string | null }>;
   deleteSecret(ctx: AppContext, id: string, name: string, by: Person): Promise<void>;
+  notifications(ctx: AppContext, id: string): Promise<SettingsNotification[]>;
+  /** Adds one (lib/app/notifications.ts); a webhook's signing secret comes back this once. */
+  createNotification(
+    ctx: AppContext,
+    id: string,
+    fields: Record<string, unknown>,
+    by: Person,
+  ): Promise<{ kind: string; secret: string | null }>;
+  deleteNotification(ctx: AppContext, id: string, nid: string, by: Person): Promise<void>;
   schedules(ctx: AppContext, id: string): Promise<SettingsSchedule[]>;
   createSchedule(
     ctx: AppContext,
@@ -189,6 +208,17 @@ function checkbox(name: string, id: string, on: boolean, label: string): Html {
   return html`<p><input type="checkbox" style="width:auto" id="${id}" name="${name}" value="on"${on ? ' checked' : ''}> <label for="${id}">${label}</label></p>`;
 }
 
+const NOTIFICATION_KIND_CHOICES: [string, string][] = [
+  ['webhook', 'webhook (a signed JSON POST)'],
+  ['slack', 'Slack incoming webhook'],
+  ['email', 'email'],
+];
+const NOTIFICATION_EVENT_CHOICES: [string, string][] = [
+  ['failed', 'failed'],
+  ['fixed', 'is fixed (passed after a failure)'],
+  ['always', 'finished (always)'],
+];
+
 const SAVED: Record<string, string> = {
   added:
     'The project is added, and its webhook is set up at the forge: push to the repository to start a job.',
@@ -200,6 +230,8 @@ const SAVED: Record<string, string> = {
   general: 'The settings are saved.',
   secret: 'The secret is saved. Its value is never shown again.',
   'secret-deleted': 'The secret is deleted.',
+  notification: 'The notification is added.',
+  'notification-deleted': 'The notification is deleted.',
   schedule: 'The schedule is saved.',
   'schedule-deleted': 'The schedule is deleted.',
   worker: 'The worker is revoked: its token stopped working.',
@@ -213,11 +245,13 @@ async function renderSettings(
   viewer: { signedIn: true; csrf: string },
   canChange: boolean,
   isAdminToken: boolean,
-  notice: string | null,
+  notice: string | Html | null,
+  canChangeSecrets = canChange,
 ): Promise<string> {
-  const [project, secrets, schedules, workers] = await Promise.all([
+  const [project, secrets, notifications, schedules, workers] = await Promise.all([
     admin.project(ctx, id),
     admin.secrets(ctx, id),
+    admin.notifications(ctx, id),
     admin.schedules(ctx, id),
     admin.workers(ctx, id),
   ]);
@@ -247,6 +281,24 @@ ${
 <p><label for="secret-name">Name</label><br><input id="secret-name" name="name" required maxlength="200" pattern="[A-Za-z_][A-Za-z0-9_]*" autocomplete="off"></p>
 <p><label for="secret-value">Value</label> <span class="muted">(set again to change it; never shown again)</span><br><textarea id="secret-value" name="value" rows="3" cols="60" maxlength="65536" autocomplete="off"></textarea></p>
 <p><button type="submit">Set secret</button></p></form>`
+    : ''
+}`;
+
+  const notificationRows = notifications.map(
+    (n) =>
+      html`<tr data-notification="${n.id}"><td data-notification-kind>${n.kind}</td><td data-notification-to>${n.kind === 'email' ? (n.to ?? []).join(', ') : html`<code>${n.url_host ?? ''}</code>`}</td><td data-notification-on>${n.on.join(', ')}</td><td data-notification-branches>${n.branches?.length ? n.branches.join(', ') : 'every branch'}</td><td>${canChangeSecrets ? html`<form method="post" action="${base}/notifications/${enc(n.id)}/delete" class="inline">${csrf}<button type="submit" data-delete-notification="${n.id}">Delete</button></form>` : ''}</td></tr>`,
+  );
+  const notificationsPart = html`<h2 id="notifications">Notifications</h2>
+${notifications.length ? html`<div class="scroll"><table><thead><tr><th>kind</th><th>to</th><th>on</th><th>branches</th><th></th></tr></thead><tbody>${notificationRows}</tbody></table></div>` : html`<p class="muted">No notifications.</p>`}
+${
+  canChangeSecrets
+    ? html`<form method="post" action="${base}/notifications" data-form="notification">${csrf}
+<p><label for="n-kind">Kind</label><br>${select('kind', 'n-kind', NOTIFICATION_KIND_CHOICES, 'webhook')}</p>
+<p><label for="n-url">URL</label> <span class="muted">(webhook and Slack; stored sealed, shown as its origin only)</span><br><input id="n-url" name="url" maxlength="2000" autocomplete="off" placeholder="https://hooks.slack.com/services/…"></p>
+<p><label for="n-to">Addresses</label> <span class="muted">(email; separated by spaces, commas or lines)</span><br><textarea id="n-to" name="to" rows="2" cols="60" maxlength="8000"></textarea></p>
+<p>When a job${NOTIFICATION_EVENT_CHOICES.map(([value, label]) => html` <input type="checkbox" style="width:auto" id="n-on-${value}" name="on" value="${value}"${value === 'failed' ? ' checked' : ''}> <label for="n-on-${value}">${label}</label>`)}</p>
+<p><label for="n-branches">Branch patterns</label> <span class="muted">(one per line, <code>*</code> matches within a segment; empty: every branch)</span><br><textarea id="n-branches" name="branches" rows="3" cols="60" maxlength="30000"></textarea></p>
+<p><button type="submit">Add notification</button></p></form>`
     : ''
 }`;
 
@@ -308,7 +360,7 @@ ${workers.length ? html`<div class="scroll"><table><thead><tr><th>worker</th><th
 ${notice ? html`<p class="notice" role="status" data-notice>${notice}</p>` : ''}
 ${canChange ? '' : html`<p class="muted" data-read-only>Changing these settings needs admin access to ${project.repo}.</p>`}
 <h2 id="general">General</h2>${general}
-${secretsPart}${schedulesPart}${workersPart}${deletePart}`;
+${secretsPart}${notificationsPart}${schedulesPart}${workersPart}${deletePart}`;
   return page({ title: `Settings · ${id}`, body, signedIn: true, csrf: viewer.csrf });
 }
 
@@ -335,7 +387,7 @@ function settingsForm(
     fields: URLSearchParams,
     person: Person,
     event: HttpEvent,
-  ) => Promise<string | { notice: string } | Reply>,
+  ) => Promise<string | { notice: string | Html } | Reply>,
 ): AdminPageRoute {
   return asAdminPage(async (event, ctx, admin, people) => {
     const id = pathParam(event, 'id');
@@ -377,6 +429,7 @@ export const SETTINGS_ROUTES: Record<string, AdminPageRoute> = {
     const no = await refusal(ctx, people, who.person, id, 'see_settings', viewer);
     if (no) return no;
     const canChange = (await people.may(ctx, who.person, id, 'settings')).allowed;
+    const canChangeSecrets = (await people.may(ctx, who.person, id, 'secrets')).allowed;
     const saved = event.queryStringParameters?.saved;
     return htmlReply(
       200,
@@ -388,6 +441,7 @@ export const SETTINGS_ROUTES: Record<string, AdminPageRoute> = {
         canChange,
         who.person.kind === 'admin',
         saved !== undefined ? (SAVED[saved] ?? null) : null,
+        canChangeSecrets,
       ),
     );
   }),
@@ -422,6 +476,46 @@ export const SETTINGS_ROUTES: Record<string, AdminPageRoute> = {
     async (ctx, admin, id, _f, person, event) => {
       await admin.deleteSecret(ctx, id, pathParam(event, 'name'), person);
       return 'secret-deleted';
+    },
+  ),
+  'POST /projects/{id}/settings/notifications': settingsForm(
+    'secrets',
+    async (ctx, admin, id, f, person) => {
+      const kind = text(f, 'kind');
+      const branches = text(f, 'branches')
+        .split(/\r?\n/)
+        .map((b) => b.trim())
+        .filter(Boolean);
+      const { secret } = await admin.createNotification(
+        ctx,
+        id,
+        {
+          kind,
+          ...(kind === 'email'
+            ? {
+                to: text(f, 'to')
+                  .split(/[\s,;]+/)
+                  .filter(Boolean),
+              }
+            : text(f, 'url').trim()
+              ? { url: text(f, 'url').trim() }
+              : {}),
+          on: f.getAll('on'),
+          ...(branches.length ? { branches } : {}),
+        },
+        person,
+      );
+      if (!secret) return 'notification';
+      return {
+        notice: html`${SAVED.notification} Its signing secret, shown this once (each delivery's <code>X-Conductor-Signature-256</code> header is <code>sha256=</code> and the hex HMAC-SHA256 of its body with it): <code data-notification-secret>${secret}</code>`,
+      };
+    },
+  ),
+  'POST /projects/{id}/settings/notifications/{nid}/delete': settingsForm(
+    'secrets',
+    async (ctx, admin, id, _f, person, event) => {
+      await admin.deleteNotification(ctx, id, pathParam(event, 'nid'), person);
+      return 'notification-deleted';
     },
   ),
   'POST /projects/{id}/settings/schedules': settingsForm(
