@@ -260,17 +260,7 @@ export async function jobTestRows(pool: Queryable, jobId: string): Promise<TaskT
     task.reports.push({ path: row.path, state: row.state, note: row.note });
   }
   if (byTask.size === 0) return [];
-  const { rows: failures } = await pool.query<{
-    task_id: string;
-    kind: 'failed' | 'errored' | 'passed';
-    flaky: boolean;
-    suite: string;
-    name: string;
-    classname: string | null;
-    file: string | null;
-    line: number | null;
-    message: string;
-  }>(
+  const { rows: failures } = await pool.query<TestFailure & { task_id: string }>(
     `select t.id as task_id, f.kind, f.flaky, f.suite, f.name, f.classname, f.file, f.line,
             f.message
        from tasks t
