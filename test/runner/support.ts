@@ -188,17 +188,28 @@ export class Fixture {
    */
   async runner(over: Partial<RunnerOptions> = {}): Promise<Runner> {
     const other = over.runAs || over.buildUser || over.executor === 'docker';
+    // Its work directory is removed after the runner stops, not before (as a
+    // tempDir's would be, its hook registered first): a runner still in a
+    // task writes there, the removal then failed with ENOTEMPTY, and the
+    // runner, never stopped, kept the file alive until its time limit.
+    const workdir = await mkdtemp(join(tmpdir(), 'conductor-runner-work-'));
     const runner = await startRunner({
       url: this.stack.url,
       token: this.token,
-      workdir: await tempDir('conductor-runner-work-'),
+      workdir,
       pollMinMs: 100,
       pollMaxMs: 300,
       killGraceMs: 2_000,
       ...(other ? {} : { sameUser: true }),
       ...over,
     });
-    after(() => runner.stop({ graceMs: 0 }));
+    after(async () => {
+      try {
+        await runner.stop({ graceMs: 0 });
+      } finally {
+        await rm(workdir, { recursive: true, force: true, maxRetries: 5 });
+      }
+    });
     return runner;
   }
 }
