@@ -27,6 +27,8 @@ export interface FakeApiGateway {
   refused: string[];
   /** While set, posts are answered 200 and dropped (a hint lost on its way). */
   dropPosts: boolean;
+  /** While set, every new connection is refused 503 (API Gateway down: the runners poll). */
+  refuseConnects: boolean;
   /** Closes every connection (the channel down; each runner polls until offered again). */
   closeAll(): void;
   close(): Promise<void>;
@@ -118,6 +120,10 @@ export async function startFakeApiGateway(opts: {
       socket.end('HTTP/1.1 404 Not Found\r\n\r\n');
       return;
     }
+    if (fake.refuseConnects) {
+      socket.end('HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\n\r\n');
+      return;
+    }
     const connectionId = `${randomBytes(9).toString('base64')}=`;
     const url = new URL(req.url ?? '/', 'http://x');
     const headers: Record<string, string> = {};
@@ -155,6 +161,7 @@ export async function startFakeApiGateway(opts: {
     posted,
     refused,
     dropPosts: false,
+    refuseConnects: false,
     closeAll() {
       for (const ws of connections.values()) ws.close(1001, 'going away');
     },

@@ -272,12 +272,21 @@ test('a hint lost costs at most one poll; with the channel down the runner polls
   } finally {
     apigw.dropPosts = false;
   }
-  // Down: the socket closes; the runner polls (1 s at most) until offered again.
-  apigw.closeAll();
-  await waitFor('the channel to go down', () => (runner.channelUp() ? undefined : true));
-  await push();
-  await waitFor('the task to start', () => started[2], 10_000);
-  const ms = await waited();
-  assert.ok(ms < 1_000 + 1_000, `claimed ${Math.round(ms)} ms after it was queued`);
+  // Down: the socket closes and API Gateway refuses new ones (else the
+  // runner's next claim, offered the channel again, reconnects within
+  // milliseconds, quicker than a look at channelUp() sees it down); the
+  // runner polls (1 s at most) until a connect succeeds again.
+  apigw.refuseConnects = true;
+  try {
+    apigw.closeAll();
+    await waitFor('the channel to go down', () => (runner.channelUp() ? undefined : true));
+    await push();
+    await waitFor('the task to start', () => started[2], 10_000);
+    const ms = await waited();
+    assert.ok(ms < 1_000 + 1_000, `claimed ${Math.round(ms)} ms after it was queued`);
+    assert.equal(runner.channelUp(), false, 'the task was claimed by a poll, the channel down');
+  } finally {
+    apigw.refuseConnects = false;
+  }
   await waitFor('the channel to come back', () => (runner.channelUp() ? true : undefined), 15_000);
 });
