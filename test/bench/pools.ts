@@ -12,7 +12,7 @@ import { type Runner, startRunner } from '../../runner/index.ts';
 import { sha as shaOf } from '../e2e/payloads.ts';
 import { giteaPush } from '../forge/fixtures/gitea.ts';
 import { startStack } from './conductor.ts';
-import { httpClient, nowMs, percentile, sleep } from './util.ts';
+import { giteaBenchProject, httpClient, nowMs, percentile, sleep } from './util.ts';
 
 export interface PoolPickupSide {
   /** Push (the webhook sent) to the task running (claimed: its `started_at`), in ms, one per round. */
@@ -66,21 +66,7 @@ export async function poolPickup(
       (['launched', 'warm'] as const).map(async (kind) => {
         const label = `fleet-${kind}`;
         const repo = `bench/${label}`;
-        const created = await client.call(
-          'POST',
-          '/v1/projects',
-          {
-            id: label,
-            name: label,
-            forge: 'gitea',
-            repo,
-            repo_url: `${forgeUrl}/${repo}.git`,
-            forge_url: forgeUrl,
-          },
-          admin,
-        );
-        if (created.status !== 201) throw new Error(`project: ${created.status} ${created.body}`);
-        const secret = (JSON.parse(created.body) as { webhook_secret: string }).webhook_secret;
+        const secret = await giteaBenchProject(client, forgeUrl, label, repo, admin);
         if (kind === 'launched') {
           const pool = await client.call(
             'POST',

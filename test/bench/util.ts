@@ -94,3 +94,31 @@ export function httpClient(base: string, maxSockets: number) {
 }
 
 export type HttpClient = ReturnType<typeof httpClient>;
+
+/**
+ * A Gitea project on the fake forge at `forgeUrl`, made through the admin
+ * API (the pickup and pool benches); answers its webhook secret.
+ */
+export async function giteaBenchProject(
+  client: ReturnType<typeof httpClient>,
+  forgeUrl: string,
+  label: string,
+  repo: string,
+  admin: Record<string, string>,
+): Promise<string> {
+  const created = await client.call(
+    'POST',
+    '/v1/projects',
+    {
+      id: label,
+      name: label,
+      forge: 'gitea',
+      repo,
+      repo_url: `${forgeUrl}/${repo}.git`,
+      forge_url: forgeUrl,
+    },
+    admin,
+  );
+  if (created.status !== 201) throw new Error(`project: ${created.status} ${created.body}`);
+  return (JSON.parse(created.body) as { webhook_secret: string }).webhook_secret;
+}
