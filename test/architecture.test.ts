@@ -23,6 +23,7 @@ const PRIMITIVES = [
   'secrets',
   'states',
   'version',
+  'zod',
 ];
 
 /**

@@ -9,7 +9,6 @@ import type {
   APIGatewayProxyStructuredResultV2,
   Context,
 } from 'aws-lambda';
-import type { z } from 'zod';
 import { sqlState } from '../db/sqlstate.ts';
 import { asUnavailable, unavailability } from '../db/unavailable.ts';
 import {
@@ -23,6 +22,7 @@ import {
   type ValidationIssue,
 } from '../errors.ts';
 import { log, logger, withRequestId } from '../log.ts';
+import * as z from '../zod.ts';
 
 // SQLSTATE class 22 codes a request's own value can cause.
 const DATA_EXCEPTIONS = new Set(['22001', '22003', '22021', '22P02', '22P05', '22007', '22008']);
@@ -50,7 +50,7 @@ export function rawBody(event: HttpEvent): Buffer {
 }
 
 /** Turns zod issues into validation issues whose paths name the fields. */
-export function zodIssues(error: z.ZodError, prefix = ''): ValidationIssue[] {
+export function zodIssues(error: z.core.$ZodError, prefix = ''): ValidationIssue[] {
   return error.issues.map((issue) => {
     const path = issue.path.map(String).join('.');
     const full = [prefix, path].filter(Boolean).join('.');
@@ -65,7 +65,7 @@ export function zodIssues(error: z.ZodError, prefix = ''): ValidationIssue[] {
 }
 
 /** Parses the JSON body against a schema; anything else is a 400 naming the field. */
-export function jsonBody<S extends z.ZodType>(event: HttpEvent, schema: S): z.infer<S> {
+export function jsonBody<S extends z.core.$ZodType>(event: HttpEvent, schema: S): z.infer<S> {
   const raw = rawBody(event);
   let value: unknown;
   if (raw.length === 0) {
@@ -83,7 +83,7 @@ export function jsonBody<S extends z.ZodType>(event: HttpEvent, schema: S): z.in
       { path: nul || 'body', message: 'must not contain a NUL character' },
     ]);
   }
-  const parsed = schema.safeParse(value);
+  const parsed = z.safeParse(schema, value);
   if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
   return parsed.data;
 }
@@ -113,8 +113,8 @@ export function findNul(value: unknown, path = ''): string | undefined {
 }
 
 /** Parses the query string against a schema; a bad value is a 400 naming the parameter. */
-export function queryParams<S extends z.ZodType>(event: HttpEvent, schema: S): z.infer<S> {
-  const parsed = schema.safeParse(event.queryStringParameters ?? {});
+export function queryParams<S extends z.core.$ZodType>(event: HttpEvent, schema: S): z.infer<S> {
+  const parsed = z.safeParse(schema, event.queryStringParameters ?? {});
   if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
   return parsed.data;
 }
