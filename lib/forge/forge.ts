@@ -239,6 +239,43 @@ export const repoStatusRequest: Forge['status'] = (api, repo, sha, s) => ({
   },
 });
 
+/** The repository at GitHub's path, which Gitea's mirrors (its answer names the default branch). */
+export const hubRepositoryRequest: Forge['branch']['repository'] = (api, repo) => ({
+  url: `${api}/repos/${pathOf(repo)}`,
+});
+
+/** A collaborator's permission at GitHub's path, which Gitea's mirrors. */
+export const hubPermissionRequest: Forge['permission']['ask'] = (api, repo, login) => ({
+  url: `${api}/repos/${pathOf(repo)}/collaborators/${encodeURIComponent(login)}/permission`,
+});
+
+/**
+ * A repository's webhooks at GitHub's paths, which Gitea's mirror; the two differ only in the
+ * hook's kind (`{name: 'web'}`, `{type: 'gitea'}`) and GitHub's `insecure_ssl`.
+ */
+export function hubHooks(
+  kind: Record<string, string>,
+  extraConfig: Record<string, string> = {},
+): Forge['hooks'] {
+  return {
+    create: (api, repo, hook) => ({
+      method: 'POST',
+      url: `${api}/repos/${pathOf(repo)}/hooks`,
+      body: {
+        ...kind,
+        active: true,
+        events: ['push', 'pull_request'],
+        config: { url: hook.url, content_type: 'json', secret: hook.secret, ...extraConfig },
+      },
+    }),
+    id: (body) => (body as { id?: unknown } | null)?.id,
+    delete: (api, repo, id) => ({
+      method: 'DELETE',
+      url: `${api}/repos/${pathOf(repo)}/hooks/${encodeURIComponent(id)}`,
+    }),
+  };
+}
+
 /** A repository as GitHub's API answers it, which Gitea's mirrors (`full_name`, `clone_url`, `permissions.admin`). */
 export const readRepoListing: Forge['repos']['read'] = (body) => {
   const r = body as {

@@ -5,6 +5,9 @@
 import {
   basehead,
   type Forge,
+  hubHooks,
+  hubPermissionRequest,
+  hubRepositoryRequest,
   pathOf,
   readRepoListing,
   repoStatusRequest,
@@ -94,14 +97,12 @@ export const gitea: Forge = {
     sha: (body) =>
       (body as { commit?: { id?: unknown; sha?: unknown } } | null)?.commit?.id ??
       (body as { commit?: { sha?: unknown } } | null)?.commit?.sha,
-    repository: (api, repo) => ({ url: `${api}/repos/${pathOf(repo)}` }),
+    repository: hubRepositoryRequest,
   },
   permission: {
     // Gitea answers this only to a site administrator, a repository administrator, or the user
     // asked about: `{"permission": "none" | "read" | "write" | "admin" | "owner", ...}`.
-    ask: (api, repo, login) => ({
-      url: `${api}/repos/${pathOf(repo)}/collaborators/${encodeURIComponent(login)}/permission`,
-    }),
+    ask: hubPermissionRequest,
     read: (body) => collaboratorPermission(body),
     confirmsWriters: true,
   },
@@ -118,23 +119,7 @@ export const gitea: Forge = {
     apiUrl: (base) => `${base}/api/v1`,
     login: (body) => (body as { login?: unknown } | null)?.login,
   },
-  hooks: {
-    create: (api, repo, hook) => ({
-      method: 'POST',
-      url: `${api}/repos/${pathOf(repo)}/hooks`,
-      body: {
-        type: 'gitea',
-        active: true,
-        events: ['push', 'pull_request'],
-        config: { url: hook.url, content_type: 'json', secret: hook.secret },
-      },
-    }),
-    id: (body) => (body as { id?: unknown } | null)?.id,
-    delete: (api, repo, id) => ({
-      method: 'DELETE',
-      url: `${api}/repos/${pathOf(repo)}/hooks/${encodeURIComponent(id)}`,
-    }),
-  },
+  hooks: hubHooks({ type: 'gitea' }),
   repos: {
     list: (api, page, perPage) => ({
       // Gitea pages with `limit`, not `per_page`.

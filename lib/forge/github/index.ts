@@ -4,6 +4,9 @@
 import {
   basehead,
   type Forge,
+  hubHooks,
+  hubPermissionRequest,
+  hubRepositoryRequest,
   pathOf,
   readRepoListing,
   repoStatusRequest,
@@ -109,12 +112,10 @@ export const github: Forge = {
       url: `${api}/repos/${pathOf(repo)}/commits/${isTag ? 'tags' : 'heads'}/${encodeURIComponent(name)}`,
     }),
     sha: (body) => (body as { sha?: unknown } | null)?.sha,
-    repository: (api, repo) => ({ url: `${api}/repos/${pathOf(repo)}` }),
+    repository: hubRepositoryRequest,
   },
   permission: {
-    ask: (api, repo, login) => ({
-      url: `${api}/repos/${pathOf(repo)}/collaborators/${encodeURIComponent(login)}/permission`,
-    }),
+    ask: hubPermissionRequest,
     read: (body) => collaboratorPermission(body),
     confirmsWriters: false,
   },
@@ -137,23 +138,7 @@ export const github: Forge = {
     apiUrl: (base) => base,
     login: (body) => (body as { login?: unknown } | null)?.login,
   },
-  hooks: {
-    create: (api, repo, hook) => ({
-      method: 'POST',
-      url: `${api}/repos/${pathOf(repo)}/hooks`,
-      body: {
-        name: 'web',
-        active: true,
-        events: ['push', 'pull_request'],
-        config: { url: hook.url, content_type: 'json', secret: hook.secret, insecure_ssl: '0' },
-      },
-    }),
-    id: (body) => (body as { id?: unknown } | null)?.id,
-    delete: (api, repo, id) => ({
-      method: 'DELETE',
-      url: `${api}/repos/${pathOf(repo)}/hooks/${encodeURIComponent(id)}`,
-    }),
-  },
+  hooks: hubHooks({ name: 'web' }, { insecure_ssl: '0' }),
   repos: {
     list: (api, page, perPage) => ({
       url: `${api}/user/repos?per_page=${perPage}&page=${page}&sort=full_name`,
