@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import {
   ArtifactBeginSchema,
   artifactDownloadUrl,
@@ -112,6 +111,7 @@ import {
 import { matchRoute } from '../lib/http/routes.ts';
 import { siteOrigin } from '../lib/pages/access.ts';
 import type { JobAction } from '../lib/pages/index.ts';
+import * as z from '../lib/zod.ts';
 
 // The web pages (lib/pages: the HTML, the graph's layout, the log's colours)
 // are an `import()` at the first page request: an API call's cold start does
@@ -119,19 +119,22 @@ import type { JobAction } from '../lib/pages/index.ts';
 const pages = () => import('../lib/pages/index.ts');
 
 const JobListQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(100).default(20),
-  before: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
+  limit: z._default(z.coerce.number().check(z.int(), z.gte(1), z.lte(100)), 20),
+  before: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(2_147_483_647))),
 });
 const LogQuery = z.object({
-  attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
-  offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
-  limit: z.coerce.number().int().min(1).max(MAX_LOG_PAGE_BYTES).default(MAX_LOG_PAGE_BYTES),
-  timestamps: z.enum(['0', '1'], { message: 'must be 0 or 1' }).optional(),
+  attempt: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(2_147_483_647))),
+  offset: z._default(z.coerce.number().check(z.int(), z.gte(0), z.lte(Number.MAX_SAFE_INTEGER)), 0),
+  limit: z._default(
+    z.coerce.number().check(z.int(), z.gte(1), z.lte(MAX_LOG_PAGE_BYTES)),
+    MAX_LOG_PAGE_BYTES,
+  ),
+  timestamps: z.optional(z.enum(['0', '1'], { message: 'must be 0 or 1' })),
 });
 
 const AuditQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(100).default(20),
-  before: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
+  limit: z._default(z.coerce.number().check(z.int(), z.gte(1), z.lte(100)), 20),
+  before: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(Number.MAX_SAFE_INTEGER))),
 });
 
 /** An admin route; `by` is who acts (the admin token, or a page's signed-in person), for the audit. */
@@ -324,7 +327,9 @@ const routes: Record<string, Route> = {
 };
 
 // Artifacts and caches (docs/artifacts.md): the admin routes.
-const CacheDeleteQuery = z.object({ scope: z.string().min(1).max(1100).optional() });
+const CacheDeleteQuery = z.object({
+  scope: z.optional(z.string().check(z.minLength(1), z.maxLength(1100))),
+});
 Object.assign(routes, {
   'GET /v1/jobs/{id}/artifacts': async (event, ctx) => ({
     status: 200,

@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { channelOffer } from '../lib/app/channel.ts';
 import { answerFromClosedGate, claimForRunner } from '../lib/app/claim.ts';
 import { MAX_CLAIM_WAIT_S } from '../lib/app/pickup.ts';
@@ -15,19 +14,25 @@ import {
   queryParams,
   type Reply,
 } from '../lib/http/index.ts';
+import * as z from '../lib/zod.ts';
 
 export const ClaimSchema = z.strictObject({
-  labels: z.array(z.string().min(1).max(63)).max(50).optional(),
+  labels: z.optional(
+    z.array(z.string().check(z.minLength(1), z.maxLength(63))).check(z.maxLength(50)),
+  ),
 });
 
 /** `?wait=N`: a long poll of at most 25 s (what proxies let an idle answer take). */
 export const ClaimQuerySchema = z.object({
-  wait: z.coerce
-    .number({ message: 'must be a whole number of seconds' })
-    .int('must be a whole number of seconds')
-    .min(0, 'must be at least 0')
-    .max(MAX_CLAIM_WAIT_S, `must be at most ${MAX_CLAIM_WAIT_S}`)
-    .optional(),
+  wait: z.optional(
+    z.coerce
+      .number({ message: 'must be a whole number of seconds' })
+      .check(
+        z.int('must be a whole number of seconds'),
+        z.gte(0, 'must be at least 0'),
+        z.lte(MAX_CLAIM_WAIT_S, `must be at most ${MAX_CLAIM_WAIT_S}`),
+      ),
+  ),
 });
 
 const MAX_KEY_LENGTH = 200;

@@ -1,14 +1,14 @@
 import { injectLambdaContext } from '@aws-lambda-powertools/logger/middleware';
 import middy from '@middy/core';
-import { z } from 'zod';
 import { runCompile } from '../lib/app/compile.ts';
 import { getContext } from '../lib/context.ts';
 import { ValidationError } from '../lib/errors.ts';
 import { zodIssues } from '../lib/http/index.ts';
 import { logger } from '../lib/log.ts';
+import * as z from '../lib/zod.ts';
 
 export const CompileEventSchema = z.object({
-  job_id: z.string().regex(/^[0-9a-f-]{36}$/i, 'must be a job id'),
+  job_id: z.string().check(z.regex(/^[0-9a-f-]{36}$/i, 'must be a job id')),
 });
 
 /** An async invocation `{ "job_id" }` from the webhook, the api or the sweep; safe to run twice. */

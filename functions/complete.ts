@@ -1,23 +1,27 @@
-import { z } from 'zod';
 import { completeForToken } from '../lib/app/complete.ts';
 import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
 import { workerTokenHash } from '../lib/http/auth.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
+import * as z from '../lib/zod.ts';
 
 export const CompleteSchema = z.strictObject({
   lease_id: LeaseIdSchema,
   outcome: z.enum(['success', 'failed', 'cancelled']),
-  exit_code: z.number().int().min(-2_147_483_648).max(2_147_483_647).nullable().optional(),
-  outputs: z
-    .record(
-      z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'output names are letters, digits and _'),
-      z.string().max(1024 * 1024),
-    )
-    .optional(),
-  transient: z.boolean().optional(),
-  error: z.string().max(10_000).nullable().optional(),
+  exit_code: z.optional(
+    z.nullable(z.number().check(z.int(), z.gte(-2_147_483_648), z.lte(2_147_483_647))),
+  ),
+  outputs: z.optional(
+    z.record(
+      z
+        .string()
+        .check(z.regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'output names are letters, digits and _')),
+      z.string().check(z.maxLength(1024 * 1024)),
+    ),
+  ),
+  transient: z.optional(z.boolean()),
+  error: z.optional(z.nullable(z.string().check(z.maxLength(10_000)))),
 });
 
 /** POST /v1/runner/tasks/{id}/complete */

@@ -1,9 +1,9 @@
-import { z } from 'zod';
 import { heartbeatTask } from '../lib/app/heartbeat.ts';
 import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
+import * as z from '../lib/zod.ts';
 
 export const HeartbeatSchema = z.strictObject({ lease_id: LeaseIdSchema });
 

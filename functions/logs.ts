@@ -1,13 +1,13 @@
-import { z } from 'zod';
 import { appendLog, MAX_CHUNK_BYTES } from '../lib/app/logs.ts';
 import { requireWorker } from '../lib/app/workers.ts';
 import { getContext } from '../lib/context.ts';
 import { type HttpEvent, httpFunction, idParam, jsonBody, type Reply } from '../lib/http/index.ts';
 import { LeaseIdSchema } from '../lib/http/schemas.ts';
+import * as z from '../lib/zod.ts';
 
 export const LogChunkSchema = z.strictObject({
   lease_id: LeaseIdSchema,
-  offset: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
+  offset: z.number().check(z.int(), z.gte(0), z.lte(Number.MAX_SAFE_INTEGER)),
   data: z.string(),
 });
 

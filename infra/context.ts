@@ -3,98 +3,116 @@
 // (typed values). Parsed once; a bad value's error names the key, the value
 // given and what the setting takes (VALID_VALUES).
 import { Duration, aws_logs as logs } from 'aws-cdk-lib';
-import { z } from 'zod';
+import * as z from '../lib/zod.ts';
 import { SETTING_DEFAULTS } from './defaults.ts';
 import type { ConductorStackProps } from './stack.ts';
 
 const bool = z.union([z.boolean(), z.stringbool()]);
-const num = (schema: z.ZodNumber) => z.union([schema, z.string().transform(Number).pipe(schema)]);
-const json = <T extends z.ZodType>(schema: T) =>
+const num = (schema: z.ZodMiniNumber<number>) =>
+  z.union([schema, z.pipe(z.pipe(z.string(), z.transform(Number)), schema)]);
+const json = <T extends z.core.$ZodType>(schema: T) =>
   z.union([
     schema,
-    z
-      .string()
-      .transform((text, ctx) => {
-        try {
-          return JSON.parse(text) as unknown;
-        } catch {
-          ctx.addIssue({ code: 'custom', message: 'must be JSON' });
-          return z.NEVER;
-        }
-      })
-      .pipe(schema),
+    z.pipe(
+      z.pipe(
+        z.string(),
+        z.transform((text: string, ctx) => {
+          try {
+            return JSON.parse(text) as unknown;
+          } catch {
+            // zod/mini's transform has no ctx.addIssue: this is the issue classic's added.
+            ctx.issues.push({ code: 'custom', message: 'must be JSON', input: text });
+            return z.NEVER;
+          }
+        }),
+      ),
+      schema,
+    ),
   ]);
-const ids = z.array(z.string().min(1)).min(1);
+const ids = z.array(z.string().check(z.minLength(1))).check(z.minLength(1));
 const RETENTION_DAYS = Object.values(logs.RetentionDays).filter(
   (v): v is logs.RetentionDays => typeof v === 'number',
 );
 
 export const ContextSchema = z.object({
-  stackName: z
-    .string()
-    .regex(/^[A-Za-z][A-Za-z0-9-]*$/)
-    .default('Conductor'),
-  sweepIntervalMinutes: num(z.number().int().min(1).max(1440)).optional(),
-  minCapacity: num(z.number().min(0).max(256).multipleOf(0.5)).optional(),
-  maxCapacity: num(z.number().min(1).max(256).multipleOf(0.5)).optional(),
-  autoPauseMinutes: num(z.number().int().min(5).max(1440)).optional(),
-  postgresVersion: z
-    .string()
-    .regex(/^1[56]\.\d+$/, 'must be an Aurora PostgreSQL 15 or 16 version, e.g. 16.11')
-    .optional(),
-  proxy: bool.optional(),
-  deletionProtection: bool.optional(),
-  nat: z.enum(['gateway', 'instance']).optional(),
-  githubApiUrl: z.url().optional(),
-  leaseSeconds: num(z.number().int().min(1).max(3600)).optional(),
-  dbPoolMax: num(z.number().int().min(1).max(20)).optional(),
-  logRetentionDays: num(z.number().int())
-    .refine((d) => RETENTION_DAYS.includes(d), `must be one of ${RETENTION_DAYS.join(', ')}`)
-    .optional(),
-  alarmEmail: z.email().optional(),
-  reservedConcurrency: bool.optional(),
-  outsideVpc: bool.optional(),
-  throttleRate: num(z.number().int().min(1).max(10_000)).optional(),
-  throttleBurst: num(z.number().int().min(1).max(5_000)).optional(),
+  stackName: z._default(z.string().check(z.regex(/^[A-Za-z][A-Za-z0-9-]*$/)), 'Conductor'),
+  sweepIntervalMinutes: z.optional(num(z.number().check(z.int(), z.gte(1), z.lte(1440)))),
+  minCapacity: z.optional(num(z.number().check(z.gte(0), z.lte(256), z.multipleOf(0.5)))),
+  maxCapacity: z.optional(num(z.number().check(z.gte(1), z.lte(256), z.multipleOf(0.5)))),
+  autoPauseMinutes: z.optional(num(z.number().check(z.int(), z.gte(5), z.lte(1440)))),
+  postgresVersion: z.optional(
+    z
+      .string()
+      .check(z.regex(/^1[56]\.\d+$/, 'must be an Aurora PostgreSQL 15 or 16 version, e.g. 16.11')),
+  ),
+  proxy: z.optional(bool),
+  deletionProtection: z.optional(bool),
+  nat: z.optional(z.enum(['gateway', 'instance'])),
+  githubApiUrl: z.optional(z.url()),
+  leaseSeconds: z.optional(num(z.number().check(z.int(), z.gte(1), z.lte(3600)))),
+  dbPoolMax: z.optional(num(z.number().check(z.int(), z.gte(1), z.lte(20)))),
+  logRetentionDays: z.optional(
+    num(z.number().check(z.int())).check(
+      z.refine(
+        (d: number) => RETENTION_DAYS.includes(d),
+        `must be one of ${RETENTION_DAYS.join(', ')}`,
+      ),
+    ),
+  ),
+  alarmEmail: z.optional(z.email()),
+  reservedConcurrency: z.optional(bool),
+  outsideVpc: z.optional(bool),
+  throttleRate: z.optional(num(z.number().check(z.int(), z.gte(1), z.lte(10_000)))),
+  throttleBurst: z.optional(num(z.number().check(z.int(), z.gte(1), z.lte(5_000)))),
   // Commit statuses link to <publicUrl>/jobs/<id>?sig=...: https only (the
   // link carries the signature), a path allowed (a proxy may mount the API
   // under one), no query or fragment (the link would break).
-  publicUrl: z
-    .url({ protocol: /^https$/, hostname: z.regexes.domain, message: 'must be an https:// URL' })
-    .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
-    .optional(),
-  fargateRunners: bool.optional(),
-  githubApp: bool.optional(),
-  pushChannel: bool.optional(),
-  runnerImage: z
-    .string()
-    .regex(/^[a-z0-9][\w.:/@-]{0,499}$/, 'must be an image reference, e.g. ghcr.io/acme/runner:1')
-    .optional(),
-  existingVpc: json(
-    z.strictObject({
-      vpcId: z.string().regex(/^vpc-[0-9a-f]+$/),
-      availabilityZones: ids,
-      privateSubnetIds: ids,
-      isolatedSubnetIds: ids.optional(),
-    }),
-  ).optional(),
-  existingDatabase: json(
-    z.strictObject({
-      secretArn: z
-        .string()
-        .regex(
-          /^arn:[\w-]+:secretsmanager:[\w-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$/,
-          'must be the complete secret ARN (with its six-character suffix)',
+  publicUrl: z.optional(
+    z
+      .url({ protocol: /^https$/, hostname: z.regexes.domain, message: 'must be an https:// URL' })
+      .check(z.refine((u: string) => !/[?#]/.test(u), 'must have no query or fragment')),
+  ),
+  fargateRunners: z.optional(bool),
+  githubApp: z.optional(bool),
+  pushChannel: z.optional(bool),
+  runnerImage: z.optional(
+    z
+      .string()
+      .check(
+        z.regex(
+          /^[a-z0-9][\w.:/@-]{0,499}$/,
+          'must be an image reference, e.g. ghcr.io/acme/runner:1',
         ),
-      host: z.string().min(1),
-      dbName: z.string().min(1).optional(),
-      securityGroupId: z
-        .string()
-        .regex(/^sg-[0-9a-f]+$/)
-        .optional(),
-      port: z.number().int().min(1).max(65535).optional(),
-    }),
-  ).optional(),
+      ),
+  ),
+  existingVpc: z.optional(
+    json(
+      z.strictObject({
+        vpcId: z.string().check(z.regex(/^vpc-[0-9a-f]+$/)),
+        availabilityZones: ids,
+        privateSubnetIds: ids,
+        isolatedSubnetIds: z.optional(ids),
+      }),
+    ),
+  ),
+  existingDatabase: z.optional(
+    json(
+      z.strictObject({
+        secretArn: z
+          .string()
+          .check(
+            z.regex(
+              /^arn:[\w-]+:secretsmanager:[\w-]+:\d{12}:secret:.+-[A-Za-z0-9]{6}$/,
+              'must be the complete secret ARN (with its six-character suffix)',
+            ),
+          ),
+        host: z.string().check(z.minLength(1)),
+        dbName: z.optional(z.string().check(z.minLength(1))),
+        securityGroupId: z.optional(z.string().check(z.regex(/^sg-[0-9a-f]+$/))),
+        port: z.optional(z.number().check(z.int(), z.gte(1), z.lte(65535))),
+      }),
+    ),
+  ),
 });
 export type Context = z.infer<typeof ContextSchema>;
 

@@ -1,7 +1,7 @@
 // `npm run runner -- --url URL --token-file PATH [options]`: parses the
 // command line, starts a runner, and turns SIGTERM and SIGINT into a graceful stop.
 import { parseArgs } from 'node:util';
-import { z } from 'zod';
+import * as z from '../lib/zod.ts';
 import { optionConflict, type Runner, type RunnerOptions, startRunner } from './index.ts';
 import { chooseLogFormat, LOG_FORMATS, type LogFormat, loggerFor } from './logformat.ts';
 import { forgetToken, readTokenFile, TOKEN_VARIABLE } from './token.ts';
@@ -56,24 +56,25 @@ export const USAGE = `usage: npm run runner -- --url URL --token-file PATH [opti
 const seconds = (name: string, min: number) =>
   z.coerce
     .number({ error: `--${name} must be a number` })
-    .min(min, `--${name} must be at least ${min}`)
-    .max(7 * 86_400, `--${name} is too large`);
+    .check(
+      z.gte(min, `--${name} must be at least ${min}`),
+      z.lte(7 * 86_400, `--${name} is too large`),
+    );
 
 /** The command line after parseArgs, checked. */
 export const RunnerArgsSchema = z.object({
   url: z
     .string({ error: '--url (or $CONDUCTOR_URL) is required' })
-    .regex(/^https?:\/\/\S+$/, '--url must be an http:// or https:// URL'),
-  'token-file': z.string().min(1, '--token-file must name a file').optional(),
-  'run-as': z.string().min(1, '--run-as must name a user').optional(),
-  'same-user': z.boolean().default(false),
-  untrusted: z.boolean().default(false),
-  once: z.boolean().default(false),
-  'idle-limit-s': seconds('idle-limit-s', 1).optional(),
-  labels: z
-    .string()
-    .optional()
-    .transform((v) =>
+    .check(z.regex(/^https?:\/\/\S+$/, '--url must be an http:// or https:// URL')),
+  'token-file': z.optional(z.string().check(z.minLength(1, '--token-file must name a file'))),
+  'run-as': z.optional(z.string().check(z.minLength(1, '--run-as must name a user'))),
+  'same-user': z._default(z.boolean(), false),
+  untrusted: z._default(z.boolean(), false),
+  once: z._default(z.boolean(), false),
+  'idle-limit-s': z.optional(seconds('idle-limit-s', 1)),
+  labels: z.pipe(
+    z.optional(z.string()),
+    z.transform((v: string | undefined) =>
       v === undefined
         ? undefined
         : v
@@ -81,33 +82,47 @@ export const RunnerArgsSchema = z.object({
             .map((l) => l.trim())
             .filter(Boolean),
     ),
-  concurrency: z.coerce
-    .number({ error: '--concurrency must be a number' })
-    .int('--concurrency must be a whole number')
-    .min(1, '--concurrency must be at least 1')
-    .max(256, '--concurrency must be at most 256')
-    .default(1),
-  workdir: z.string().min(1).optional(),
-  executor: z
-    .enum(['shell', 'docker'], { error: '--executor must be shell or docker' })
-    .default('shell'),
-  'default-image': z.string().min(1).optional(),
-  'poll-max-s': seconds('poll-max-s', 0.1).default(10),
-  'claim-wait-s': z.coerce
-    .number({ error: '--claim-wait-s must be a number' })
-    .int('--claim-wait-s must be a whole number')
-    .min(0, '--claim-wait-s must be at least 0')
-    .max(25, '--claim-wait-s must be at most 25')
-    .default(25),
-  'channel-poll-s': z.coerce
-    .number({ error: '--channel-poll-s must be a number' })
-    .min(0, '--channel-poll-s must be at least 0')
-    .max(3600, '--channel-poll-s must be at most 3600')
-    .default(300),
-  'grace-s': seconds('grace-s', 0).default(30),
-  'kill-grace-s': seconds('kill-grace-s', 0).default(5),
-  'http-timeout-s': seconds('http-timeout-s', 1).default(30),
-  'log-format': z.enum(LOG_FORMATS, { error: '--log-format must be text or json' }).optional(),
+  ),
+  concurrency: z._default(
+    z.coerce
+      .number({ error: '--concurrency must be a number' })
+      .check(
+        z.int('--concurrency must be a whole number'),
+        z.gte(1, '--concurrency must be at least 1'),
+        z.lte(256, '--concurrency must be at most 256'),
+      ),
+    1,
+  ),
+  workdir: z.optional(z.string().check(z.minLength(1))),
+  executor: z._default(
+    z.enum(['shell', 'docker'], { error: '--executor must be shell or docker' }),
+    'shell',
+  ),
+  'default-image': z.optional(z.string().check(z.minLength(1))),
+  'poll-max-s': z._default(seconds('poll-max-s', 0.1), 10),
+  'claim-wait-s': z._default(
+    z.coerce
+      .number({ error: '--claim-wait-s must be a number' })
+      .check(
+        z.int('--claim-wait-s must be a whole number'),
+        z.gte(0, '--claim-wait-s must be at least 0'),
+        z.lte(25, '--claim-wait-s must be at most 25'),
+      ),
+    25,
+  ),
+  'channel-poll-s': z._default(
+    z.coerce
+      .number({ error: '--channel-poll-s must be a number' })
+      .check(
+        z.gte(0, '--channel-poll-s must be at least 0'),
+        z.lte(3600, '--channel-poll-s must be at most 3600'),
+      ),
+    300,
+  ),
+  'grace-s': z._default(seconds('grace-s', 0), 30),
+  'kill-grace-s': z._default(seconds('kill-grace-s', 0), 5),
+  'http-timeout-s': z._default(seconds('http-timeout-s', 1), 30),
+  'log-format': z.optional(z.enum(LOG_FORMATS, { error: '--log-format must be text or json' })),
 });
 
 /**

@@ -7,11 +7,11 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { z } from 'zod';
 import { USAGE } from '../cli/ctl.ts';
 import { ContextSchema } from '../infra/context.ts';
 import { SETTING_DEFAULTS } from '../infra/defaults.ts';
 import { ConfigSchema } from '../lib/config.ts';
+import * as z from '../lib/zod.ts';
 import { stubBundles, synth } from './infra/support.ts';
 
 const ROOT = new URL('..', import.meta.url);
@@ -44,7 +44,7 @@ function tableRows(markdown: string, header: RegExp): Row[] {
 }
 
 /** Each key's default as the schema's input would take it (`'true'`, not `true`). */
-function schemaDefaults(schema: z.ZodObject): Record<string, unknown> {
+function schemaDefaults(schema: z.ZodMiniObject): Record<string, unknown> {
   const json = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as {
     properties: Record<string, { default?: unknown }>;
   };

@@ -5,7 +5,6 @@
 // the store (S3's multipart start and completion, a size check) happen
 // between them, never inside one.
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { ConflictError, PayloadTooLargeError } from '../errors.ts';
@@ -36,6 +35,7 @@ import {
   UPLOAD_URL_TTL_S,
   type UploadPlan,
 } from '../storage/index.ts';
+import * as z from '../zod.ts';
 
 /** The store of this deployment: the context's, else S3 when a bucket is configured, else a local directory. */
 export function storeOf(ctx: AppContext): BlobStore {
@@ -53,19 +53,15 @@ export function storageLimits(ctx: AppContext): StorageLimits {
 }
 
 const LeaseId = z.uuid({ message: 'must be a lease id' });
-const Sha256 = z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex digits');
+const Sha256 = z.string().check(z.regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex digits'));
 // A path as it appears in a download's name and a listing: relative, one line.
-const ArtifactPath = z
-  .string()
-  .min(1)
-  .max(1024)
-  .regex(/^[^\0\n\r/][^\0\n\r]*$/, 'must be a relative path on one line')
-  .refine((p) => !p.split('/').includes('..'), 'must not contain ".."');
-const Size = z
-  .number()
-  .int()
-  .min(0)
-  .max(2 ** 50);
+const ArtifactPath = z.string().check(
+  z.minLength(1),
+  z.maxLength(1024),
+  z.regex(/^[^\0\n\r/][^\0\n\r]*$/, 'must be a relative path on one line'),
+  z.refine((p) => !p.split('/').includes('..'), 'must not contain ".."'),
+);
+const Size = z.number().check(z.int(), z.gte(0), z.lte(2 ** 50));
 
 export const ArtifactBeginSchema = z.strictObject({
   lease_id: LeaseId,
@@ -74,14 +70,17 @@ export const ArtifactBeginSchema = z.strictObject({
   size: Size,
   sha256: Sha256,
   /** A tar's largest file, for the per-file limit. */
-  largest: z.strictObject({ path: ArtifactPath, size: Size }).optional(),
+  largest: z.optional(z.strictObject({ path: ArtifactPath, size: Size })),
 });
 export type ArtifactBegin = z.infer<typeof ArtifactBeginSchema>;
 
 export const CommitSchema = z.strictObject({
   lease_id: LeaseId,
   /** A multipart upload's parts' ETags, in order. */
-  etags: z.array(z.string().min(1).max(200)).max(10_000).default([]),
+  etags: z._default(
+    z.array(z.string().check(z.minLength(1), z.maxLength(200))).check(z.maxLength(10_000)),
+    [],
+  ),
 });
 export type Commit = z.infer<typeof CommitSchema>;
 

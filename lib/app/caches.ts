@@ -4,7 +4,6 @@
 // immutable; a project over its quota evicts entries unused for 7 days
 // first, then the least recently used.
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { NotFoundError } from '../errors.ts';
@@ -29,32 +28,31 @@ import {
   type UploadPlan,
   writeScope,
 } from '../storage/index.ts';
+import * as z from '../zod.ts';
 import { type Commit, finishAndCheck, storageLimits, storeOf } from './artifacts.ts';
 import { audit } from './audit.ts';
 
 const LeaseId = z.uuid({ message: 'must be a lease id' });
 const CacheKey = z
   .string()
-  .min(1)
-  .max(512)
-  .regex(/^[^\0\n\r,]*$/, 'must be one line without commas');
+  .check(
+    z.minLength(1),
+    z.maxLength(512),
+    z.regex(/^[^\0\n\r,]*$/, 'must be one line without commas'),
+  );
 
 export const CacheRestoreSchema = z.strictObject({
   lease_id: LeaseId,
   key: CacheKey,
-  restore_keys: z.array(CacheKey).max(20).default([]),
+  restore_keys: z._default(z.array(CacheKey).check(z.maxLength(20)), []),
 });
 export type CacheRestore = z.infer<typeof CacheRestoreSchema>;
 
 export const CacheSaveSchema = z.strictObject({
   lease_id: LeaseId,
   key: CacheKey,
-  size: z
-    .number()
-    .int()
-    .min(0)
-    .max(2 ** 50),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex digits'),
+  size: z.number().check(z.int(), z.gte(0), z.lte(2 ** 50)),
+  sha256: z.string().check(z.regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex digits')),
 });
 export type CacheSave = z.infer<typeof CacheSaveSchema>;
 

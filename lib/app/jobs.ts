@@ -2,7 +2,6 @@
 // rerun. Each changes the job in the scheduler's transaction, then sets it on
 // its way (triggerJob) or posts its status. And the dry run of a job
 // (`ctl validate`): what a pipeline file compiles to, with no server.
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { NotFoundError, UnavailableError, ValidationError } from '../errors.ts';
 import { resolveHead } from '../forge/branch.ts';
@@ -11,6 +10,7 @@ import { ADMIN_BEARER } from '../people/sessions.ts';
 import type { IncludedFile, PipelineIssue, Trigger as PipelineTrigger } from '../pipeline/index.ts';
 import { approveJob, cancelJob, createJob, type JobRow, rerunJob } from '../scheduler/index.ts';
 import { getJobOnly, type JobView } from '../scheduler/views.ts';
+import * as z from '../zod.ts';
 import { audit, type Person } from './audit.ts';
 import { projectToken } from './forge-token.ts';
 import { InputValuesSchema } from './input-values.ts';
@@ -25,23 +25,26 @@ export type { LeftOutTask, PipelinePlan } from './plan.ts';
 const SHA = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
 
 export const TriggerSchema = z.strictObject({
-  ref: z
-    .string()
-    .min(1)
-    .max(1024)
-    .refine((r) => !/\s/.test(r), 'must not contain white space'),
-  sha: z
-    .string()
-    .transform((s) => s.toLowerCase())
-    .refine((s) => SHA.test(s), 'must be a full commit sha (40 or 64 hex digits)')
-    .optional(),
+  ref: z.string().check(
+    z.minLength(1),
+    z.maxLength(1024),
+    z.refine((r) => !/\s/.test(r), 'must not contain white space'),
+  ),
+  sha: z.optional(
+    z
+      .pipe(
+        z.string(),
+        z.transform((s: string) => s.toLowerCase()),
+      )
+      .check(z.refine((s) => SHA.test(s), 'must be a full commit sha (40 or 64 hex digits)')),
+  ),
   // Checked against the pipeline's `inputs:` at the commit before the job is
   // made (checkRunInputs), and again when it compiles.
-  inputs: InputValuesSchema.optional(),
+  inputs: z.optional(InputValuesSchema),
 });
 export type Trigger = z.infer<typeof TriggerSchema>;
 
-export const RerunSchema = z.strictObject({ failed_only: z.boolean().default(false) });
+export const RerunSchema = z.strictObject({ failed_only: z._default(z.boolean(), false) });
 
 /**
  * A trusted job of the project for a commit, asked for by an admin; a ref

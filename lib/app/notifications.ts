@@ -5,7 +5,6 @@
 // only; a webhook's signing secret is made here and shown once. Sending is
 // lib/app/notify.ts.
 import { randomBytes, randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import type { Pool, Queryable } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
 import { refusedAddress } from '../forge/client.ts';
@@ -21,18 +20,18 @@ import {
 import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import { encrypt, type Keyring } from '../secrets.ts';
 import { NOTIFICATION_EVENTS, NOTIFICATION_KINDS } from '../states.ts';
+import * as z from '../zod.ts';
 import { audit } from './audit.ts';
 import { getProject } from './projects.ts';
 
 /** Most addresses one email notification goes to. */
 export const MAX_EMAIL_RECIPIENTS = 20;
 
-const NotificationUrl = z
-  .string()
-  .trim()
-  .max(2000)
-  .regex(/^https?:\/\/\S+$/i, 'must be an http(s) URL')
-  .superRefine((value, ctx) => {
+const NotificationUrl = z.string().check(
+  z.trim(),
+  z.maxLength(2000),
+  z.regex(/^https?:\/\/\S+$/i, 'must be an http(s) URL'),
+  z.superRefine((value, ctx) => {
     let parsed: URL;
     try {
       parsed = new URL(value);
@@ -43,39 +42,52 @@ const NotificationUrl = z
     if (parsed.username || parsed.password) {
       ctx.addIssue({ code: 'custom', message: 'must not carry a user name or password' });
     }
-  });
+  }),
+);
 
 export const NotificationCreateSchema = z
   .strictObject({
     kind: z.enum(NOTIFICATION_KINDS),
-    url: NotificationUrl.optional(),
-    to: z.array(z.string().trim().email().max(320)).min(1).max(MAX_EMAIL_RECIPIENTS).optional(),
-    on: z
-      .array(z.enum(NOTIFICATION_EVENTS))
-      .min(1)
-      .max(NOTIFICATION_EVENTS.length)
-      .refine((on) => new Set(on).size === on.length, 'lists an event twice'),
-    branches: z.array(z.string().min(1).max(255)).max(MAX_BRANCH_PATTERNS).optional(),
+    url: z.optional(NotificationUrl),
+    to: z.optional(
+      z
+        .array(z.string().check(z.trim(), z.email(), z.maxLength(320)))
+        .check(z.minLength(1), z.maxLength(MAX_EMAIL_RECIPIENTS)),
+    ),
+    on: z.array(z.enum(NOTIFICATION_EVENTS)).check(
+      z.minLength(1),
+      z.maxLength(NOTIFICATION_EVENTS.length),
+      z.refine((on) => new Set(on).size === on.length, 'lists an event twice'),
+    ),
+    branches: z.optional(
+      z
+        .array(z.string().check(z.minLength(1), z.maxLength(255)))
+        .check(z.maxLength(MAX_BRANCH_PATTERNS)),
+    ),
   })
-  .superRefine((input, ctx) => {
-    if (input.kind === 'email') {
-      if (!input.to) ctx.addIssue({ code: 'custom', path: ['to'], message: 'required for email' });
-      if (input.url) {
-        ctx.addIssue({ code: 'custom', path: ['url'], message: 'not used by email (give to)' });
+  .check(
+    z.superRefine((input, ctx) => {
+      if (input.kind === 'email') {
+        if (!input.to) {
+          ctx.addIssue({ code: 'custom', path: ['to'], message: 'required for email' });
+        }
+        if (input.url) {
+          ctx.addIssue({ code: 'custom', path: ['url'], message: 'not used by email (give to)' });
+        }
+      } else {
+        if (!input.url) {
+          ctx.addIssue({ code: 'custom', path: ['url'], message: `required for ${input.kind}` });
+        }
+        if (input.to) {
+          ctx.addIssue({ code: 'custom', path: ['to'], message: `not used by ${input.kind}` });
+        }
       }
-    } else {
-      if (!input.url) {
-        ctx.addIssue({ code: 'custom', path: ['url'], message: `required for ${input.kind}` });
+      for (const [i, pattern] of (input.branches ?? []).entries()) {
+        const problem = branchPatternProblem(pattern);
+        if (problem) ctx.addIssue({ code: 'custom', path: ['branches', i], message: problem });
       }
-      if (input.to) {
-        ctx.addIssue({ code: 'custom', path: ['to'], message: `not used by ${input.kind}` });
-      }
-    }
-    for (const [i, pattern] of (input.branches ?? []).entries()) {
-      const problem = branchPatternProblem(pattern);
-      if (problem) ctx.addIssue({ code: 'custom', path: ['branches', i], message: problem });
-    }
-  });
+    }),
+  );
 export type NotificationCreate = z.infer<typeof NotificationCreateSchema>;
 
 /** A notification as the API shows it: never the URL (its host only) nor the signing secret. */

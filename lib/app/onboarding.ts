@@ -14,7 +14,6 @@
 // repository is read and the permission asked with the installation's token (`appSource`), and
 // the project is made with `github_app: true`, no forge token and no hook: the app's own webhook
 // serves it, so deleting it deletes no hook either.
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { ConflictError, ForbiddenError, UnavailableError, ValidationError } from '../errors.ts';
 import type { ForgeKind } from '../forge/forge.ts';
@@ -29,6 +28,7 @@ import { zodIssues } from '../http/index.ts';
 import { log } from '../log.ts';
 import type { Person } from '../people/sessions.ts';
 import { FORGES, VISIBILITIES } from '../states.ts';
+import * as z from '../zod.ts';
 import { auditInstallation } from './audit.ts';
 import { appKeys, installationOfRepo, installationToken } from './forge-token.ts';
 import { installedRepositories } from './github-app.ts';
@@ -274,23 +274,24 @@ const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 /** The page's "Add" form. */
 export const AddProjectSchema = z.strictObject({
   forge: z.enum(FORGES),
-  repo: z.string().trim().min(1).max(1000),
-  id: z
-    .string()
-    .trim()
-    .max(63)
-    .optional()
-    .transform((v) => (v ? v : undefined))
-    .pipe(
+  repo: z.string().check(z.trim(), z.minLength(1), z.maxLength(1000)),
+  id: z.pipe(
+    z.pipe(
+      z.optional(z.string().check(z.trim(), z.maxLength(63))),
+      z.transform((v: string | undefined) => (v ? v : undefined)),
+    ),
+    z.optional(
       z
         .string()
-        .regex(
-          PROJECT_ID,
-          'lower-case letters, digits and -, starting with a letter or digit, at most 63',
-        )
-        .optional(),
+        .check(
+          z.regex(
+            PROJECT_ID,
+            'lower-case letters, digits and -, starting with a letter or digit, at most 63',
+          ),
+        ),
     ),
-  visibility: z.enum(VISIBILITIES).optional(),
+  ),
+  visibility: z.optional(z.enum(VISIBILITIES)),
 });
 export type AddProject = z.infer<typeof AddProjectSchema>;
 

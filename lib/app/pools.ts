@@ -3,7 +3,6 @@
 // their commit (afterTasksClaimable), and the sweep's reconcile
 // (reconcilePools). The decisions are rows (lib/fleet/launches.ts); the
 // providers (lib/fleet/) only carry them out.
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { ConflictError, NotFoundError, ValidationError } from '../errors.ts';
@@ -36,6 +35,7 @@ import { publishWorker } from '../idle/workers.ts';
 import { log } from '../log.ts';
 import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import { POOL_PROVIDERS } from '../states.ts';
+import * as z from '../zod.ts';
 import { auditInstallation, CONTROL_PLANE } from './audit.ts';
 import { LABEL } from './workers.ts';
 
@@ -43,44 +43,45 @@ const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 const fields = {
   labels: z
-    .array(z.string().regex(LABEL, 'labels are letters, digits and _ . : -, up to 63'))
-    .max(50),
+    .array(z.string().check(z.regex(LABEL, 'labels are letters, digits and _ . : -, up to 63')))
+    .check(z.maxLength(50)),
   trust: z.enum(['trusted', 'untrusted']),
   projects: z.union([
     z.literal('*'),
     z
-      .array(z.string().regex(PROJECT_ID, 'a project id'))
-      .min(1, 'at least one project, or "*" for every project')
-      .max(100),
+      .array(z.string().check(z.regex(PROJECT_ID, 'a project id')))
+      .check(z.minLength(1, 'at least one project, or "*" for every project'), z.maxLength(100)),
   ]),
   provider: z.enum(POOL_PROVIDERS),
-  max: z.number().int().min(0).max(1000),
+  max: z.number().check(z.int(), z.gte(0), z.lte(1000)),
   settings: z.record(z.string(), z.unknown()),
 };
 
 export const PoolCreateSchema = z.strictObject({
   name: z
     .string()
-    .regex(
-      /^[a-z0-9][a-z0-9-]{0,62}$/,
-      'lowercase letters, digits and -, up to 63, as a-z0-9 first',
+    .check(
+      z.regex(
+        /^[a-z0-9][a-z0-9-]{0,62}$/,
+        'lowercase letters, digits and -, up to 63, as a-z0-9 first',
+      ),
     ),
-  labels: fields.labels.default([]),
-  trust: fields.trust.default('trusted'),
-  projects: fields.projects.default('*'),
+  labels: z._default(fields.labels, []),
+  trust: z._default(fields.trust, 'trusted'),
+  projects: z._default(fields.projects, '*'),
   provider: fields.provider,
   max: fields.max,
-  settings: fields.settings.default({}),
+  settings: z._default(fields.settings, {}),
 });
 export type PoolCreate = z.infer<typeof PoolCreateSchema>;
 
 export const PoolUpdateSchema = z.strictObject({
-  labels: fields.labels.optional(),
-  trust: fields.trust.optional(),
-  projects: fields.projects.optional(),
-  provider: fields.provider.optional(),
-  max: fields.max.optional(),
-  settings: fields.settings.optional(),
+  labels: z.optional(fields.labels),
+  trust: z.optional(fields.trust),
+  projects: z.optional(fields.projects),
+  provider: z.optional(fields.provider),
+  max: z.optional(fields.max),
+  settings: z.optional(fields.settings),
 });
 export type PoolUpdate = z.infer<typeof PoolUpdateSchema>;
 
@@ -105,7 +106,7 @@ function checkSettings(ctx: AppContext, pool: Omit<PoolRow, 'created_at' | 'upda
       },
     ]);
   }
-  const parsed = provider.settings.safeParse(pool.settings);
+  const parsed = z.safeParse(provider.settings, pool.settings);
   if (!parsed.success) {
     throw new ValidationError(
       parsed.error.issues.map((i) => ({

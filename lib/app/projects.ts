@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { z } from 'zod';
 import {
   type Pool,
   type Queryable,
@@ -28,6 +27,7 @@ import {
   VISIBILITIES,
   type Visibility,
 } from '../states.ts';
+import * as z from '../zod.ts';
 import { audit, auditInstallation } from './audit.ts';
 
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
@@ -42,7 +42,7 @@ export const SECRET_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * which would turn the paths the control plane appends into a query or cut
  * them off.
  */
-function plainUrl(value: string, ctx: z.RefinementCtx): void {
+function plainUrl(value: string, ctx: z.core.$RefinementCtx<string>): void {
   if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(value)) return;
   let parsed: URL;
   try {
@@ -63,90 +63,105 @@ function plainUrl(value: string, ctx: z.RefinementCtx): void {
   }
 }
 
-const url = z
-  .string()
-  .trim()
-  .min(1)
-  .max(2000)
-  .refine(
+const url = z.string().check(
+  z.trim(),
+  z.minLength(1),
+  z.maxLength(2000),
+  z.refine(
     (v) => isLocalRepo(v) || /^https?:\/\//.test(v),
     'must be an http(s) URL, a file:// URL or an absolute path',
-  )
-  .superRefine(plainUrl);
+  ),
+  z.superRefine(plainUrl),
+);
 const forgeUrl = z
   .string()
-  .trim()
-  .max(2000)
-  .regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL')
-  .superRefine(plainUrl);
+  .check(
+    z.trim(),
+    z.maxLength(2000),
+    z.regex(/^https?:\/\/[^\s]+$/, 'must be an http(s) URL'),
+    z.superRefine(plainUrl),
+  );
 
 /** Most `org:` groups one project may be in. */
 export const MAX_ORG_GROUPS = 50;
 
 /** `org_groups`: the names N of the `org:N` concurrency groups the project's pipelines may use. */
-const OrgGroupsSchema = z
-  .array(
-    z
-      .string()
-      .trim()
-      .min(1, 'must not be empty')
-      .max(196, 'must be at most 196 characters (the group is org: and the name)')
-      .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
-      .refine((name) => !name.startsWith('org:'), 'the name without org: (deploy, not org:deploy)')
-      // Groups are case-insensitive: stored as compiled group names are.
-      .transform((name) => name.toLowerCase()),
-  )
-  .max(MAX_ORG_GROUPS, `must list at most ${MAX_ORG_GROUPS} groups`)
-  .transform((names) => [...new Set(names)].sort());
+const OrgGroupsSchema = z.pipe(
+  z
+    .array(
+      z.pipe(
+        z.string().check(
+          z.trim(),
+          z.minLength(1, 'must not be empty'),
+          z.maxLength(196, 'must be at most 196 characters (the group is org: and the name)'),
+          z.regex(/^\P{Cc}*$/u, 'must be one line without control characters'),
+          z.refine(
+            (name) => !name.startsWith('org:'),
+            'the name without org: (deploy, not org:deploy)',
+          ),
+        ),
+        // Groups are case-insensitive: stored as compiled group names are.
+        z.transform((name: string) => name.toLowerCase()),
+      ),
+    )
+    .check(z.maxLength(MAX_ORG_GROUPS, `must list at most ${MAX_ORG_GROUPS} groups`)),
+  z.transform((names: string[]) => [...new Set(names)].sort()),
+);
 
 export const ProjectCreateSchema = z
   .strictObject({
     id: z
       .string()
-      .regex(
-        PROJECT_ID,
-        'lower-case letters, digits and -, starting with a letter or digit, at most 63',
+      .check(
+        z.regex(
+          PROJECT_ID,
+          'lower-case letters, digits and -, starting with a letter or digit, at most 63',
+        ),
       ),
-    name: z.string().trim().min(1).max(200),
+    name: z.string().check(z.trim(), z.minLength(1), z.maxLength(200)),
     forge: z.enum(FORGES),
-    repo: z.string().max(1000).regex(REPO, 'must be owner/name (on GitLab, group/sub/name)'),
+    repo: z
+      .string()
+      .check(z.maxLength(1000), z.regex(REPO, 'must be owner/name (on GitLab, group/sub/name)')),
     repo_url: url,
-    forge_url: forgeUrl.nullable().optional(),
-    forge_token: z.string().min(1).max(10_000).nullable().optional(),
-    cancel_superseded: z.boolean().optional(),
-    fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
-    bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
-    visibility: z.enum(VISIBILITIES).optional(),
-    org_groups: OrgGroupsSchema.optional(),
+    forge_url: z.optional(z.nullable(forgeUrl)),
+    forge_token: z.optional(z.nullable(z.string().check(z.minLength(1), z.maxLength(10_000)))),
+    cancel_superseded: z.optional(z.boolean()),
+    fork_pull_requests: z.optional(z.enum(FORK_PULL_REQUEST_POLICIES)),
+    bot_pull_requests: z.optional(z.enum(BOT_PULL_REQUEST_POLICIES)),
+    visibility: z.optional(z.enum(VISIBILITIES)),
+    org_groups: z.optional(OrgGroupsSchema),
     /** Served by the GitHub App (lib/app/github-app.ts): no webhook secret, tokens from its installation. */
-    github_app: z.boolean().optional(),
+    github_app: z.optional(z.boolean()),
   })
-  .superRefine((p, ctx) => {
-    const forge = forgeOf(p.forge);
-    if (!forge.isRepo(p.repo)) {
-      ctx.addIssue({ code: 'custom', path: ['repo'], message: `must be ${forge.repoShape}` });
-    }
-    if (p.github_app && p.forge !== APP_FORGE) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['github_app'],
-        message: 'only a github project can be served by the GitHub App',
-      });
-    }
-  });
+  .check(
+    z.superRefine((p, ctx) => {
+      const forge = forgeOf(p.forge);
+      if (!forge.isRepo(p.repo)) {
+        ctx.addIssue({ code: 'custom', path: ['repo'], message: `must be ${forge.repoShape}` });
+      }
+      if (p.github_app && p.forge !== APP_FORGE) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['github_app'],
+          message: 'only a github project can be served by the GitHub App',
+        });
+      }
+    }),
+  );
 export type ProjectCreate = z.infer<typeof ProjectCreateSchema>;
 
 export const ProjectUpdateSchema = z.strictObject({
-  name: z.string().trim().min(1).max(200).optional(),
-  repo_url: url.optional(),
-  forge_url: forgeUrl.nullable().optional(),
-  forge_token: z.string().min(1).max(10_000).nullable().optional(),
-  enabled: z.boolean().optional(),
-  cancel_superseded: z.boolean().optional(),
-  fork_pull_requests: z.enum(FORK_PULL_REQUEST_POLICIES).optional(),
-  bot_pull_requests: z.enum(BOT_PULL_REQUEST_POLICIES).optional(),
-  visibility: z.enum(VISIBILITIES).optional(),
-  org_groups: OrgGroupsSchema.optional(),
+  name: z.optional(z.string().check(z.trim(), z.minLength(1), z.maxLength(200))),
+  repo_url: z.optional(url),
+  forge_url: z.optional(z.nullable(forgeUrl)),
+  forge_token: z.optional(z.nullable(z.string().check(z.minLength(1), z.maxLength(10_000)))),
+  enabled: z.optional(z.boolean()),
+  cancel_superseded: z.optional(z.boolean()),
+  fork_pull_requests: z.optional(z.enum(FORK_PULL_REQUEST_POLICIES)),
+  bot_pull_requests: z.optional(z.enum(BOT_PULL_REQUEST_POLICIES)),
+  visibility: z.optional(z.enum(VISIBILITIES)),
+  org_groups: z.optional(OrgGroupsSchema),
 });
 export type ProjectUpdate = z.infer<typeof ProjectUpdateSchema>;
 
@@ -497,7 +512,7 @@ export function branchSource(
   };
 }
 
-export const SecretPutSchema = z.strictObject({ value: z.string().max(64 * 1024) });
+export const SecretPutSchema = z.strictObject({ value: z.string().check(z.maxLength(64 * 1024)) });
 
 /**
  * Sets a secret of a project (created or replaced). Answers a warning when

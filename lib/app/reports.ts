@@ -6,7 +6,6 @@
 // reading: its row says why (the task's note), and nothing else changes.
 // The claim and the completion never wait on any of it.
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { transaction } from '../db/index.ts';
 import { NotFoundError, PayloadTooLargeError } from '../errors.ts';
@@ -35,27 +34,24 @@ import {
   type TaskTests,
 } from '../reports/rows.ts';
 import { leasedTask, UPLOAD_URL_TTL_S } from '../storage/index.ts';
+import * as z from '../zod.ts';
 import { CommitSchema, finishAndCheck, storeOf } from './artifacts.ts';
 
 export { describeTests, testTotals } from './test-totals.ts';
 export { CommitSchema as ReportCommitSchema };
 
-const ReportPath = z
-  .string()
-  .min(1)
-  .max(1024)
-  .regex(/^[^\0\n\r/][^\0\n\r]*$/, 'must be a relative path on one line')
-  .refine((p) => !p.split('/').includes('..'), 'must not contain ".."');
+const ReportPath = z.string().check(
+  z.minLength(1),
+  z.maxLength(1024),
+  z.regex(/^[^\0\n\r/][^\0\n\r]*$/, 'must be a relative path on one line'),
+  z.refine((p) => !p.split('/').includes('..'), 'must not contain ".."'),
+);
 
 export const ReportBeginSchema = z.strictObject({
   lease_id: z.uuid({ message: 'must be a lease id' }),
   path: ReportPath,
-  size: z
-    .number()
-    .int()
-    .min(0)
-    .max(2 ** 50),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex digits'),
+  size: z.number().check(z.int(), z.gte(0), z.lte(2 ** 50)),
+  sha256: z.string().check(z.regex(/^[0-9a-f]{64}$/, 'must be 64 lowercase hex digits')),
 });
 export type ReportBegin = z.infer<typeof ReportBeginSchema>;
 

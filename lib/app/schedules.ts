@@ -3,7 +3,6 @@
 // outside any transaction, then, in one transaction, takes the (schedule,
 // tick) row, moves the schedule to its next tick and creates the job: two
 // tickers racing make one job, and a crash leaves either all of it or none.
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { SQLSTATE, sqlState, transaction, unavailability } from '../db/index.ts';
 import { ConflictError, NotFoundError } from '../errors.ts';
@@ -40,6 +39,7 @@ import {
   updateSchedule,
 } from '../schedules/store.ts';
 import { SCHEDULE_CATCH_UP } from '../states.ts';
+import * as z from '../zod.ts';
 import { audit, type Person } from './audit.ts';
 import { projectToken } from './forge-token.ts';
 import { InputValuesSchema } from './input-values.ts';
@@ -50,51 +50,53 @@ export { InputValuesSchema } from './input-values.ts';
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 
-const RefSchema = z
-  .string()
-  .min(1)
-  .max(1024)
-  .refine((r) => !/\s/.test(r), 'must not contain white space');
+const RefSchema = z.string().check(
+  z.minLength(1),
+  z.maxLength(1024),
+  z.refine((r) => !/\s/.test(r), 'must not contain white space'),
+);
 
-const CronSchema = z
-  .string()
-  .trim()
-  .min(1)
-  .max(200)
-  .superRefine((cron, ctx) => {
+const CronSchema = z.string().check(
+  z.trim(),
+  z.minLength(1),
+  z.maxLength(200),
+  z.superRefine((cron, ctx) => {
     const problem = cronProblem(cron);
     if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  });
+  }),
+);
 
-const TimezoneSchema = z
-  .string()
-  .min(1)
-  .max(100)
-  .superRefine((tz, ctx) => {
+const TimezoneSchema = z.string().check(
+  z.minLength(1),
+  z.maxLength(100),
+  z.superRefine((tz, ctx) => {
     const problem = timezoneProblem(tz);
     if (problem) ctx.addIssue({ code: 'custom', message: problem });
-  });
+  }),
+);
 
 export const ScheduleCreateSchema = z.strictObject({
   name: z
     .string()
-    .regex(NAME, 'letters, digits, _, . and -, at most 63, starting with a letter or digit'),
+    .check(
+      z.regex(NAME, 'letters, digits, _, . and -, at most 63, starting with a letter or digit'),
+    ),
   cron: CronSchema,
-  timezone: TimezoneSchema.default('UTC'),
-  ref: RefSchema.nullable().optional(),
-  inputs: InputValuesSchema.default({}),
-  enabled: z.boolean().default(true),
-  catch_up: z.enum(SCHEDULE_CATCH_UP).default('latest'),
+  timezone: z._default(TimezoneSchema, 'UTC'),
+  ref: z.optional(z.nullable(RefSchema)),
+  inputs: z._default(InputValuesSchema, {}),
+  enabled: z._default(z.boolean(), true),
+  catch_up: z._default(z.enum(SCHEDULE_CATCH_UP), 'latest'),
 });
 export type ScheduleCreate = z.infer<typeof ScheduleCreateSchema>;
 
 export const ScheduleUpdateSchema = z.strictObject({
-  cron: CronSchema.optional(),
-  timezone: TimezoneSchema.optional(),
-  ref: RefSchema.nullable().optional(),
-  inputs: InputValuesSchema.optional(),
-  enabled: z.boolean().optional(),
-  catch_up: z.enum(SCHEDULE_CATCH_UP).optional(),
+  cron: z.optional(CronSchema),
+  timezone: z.optional(TimezoneSchema),
+  ref: z.optional(z.nullable(RefSchema)),
+  inputs: z.optional(InputValuesSchema),
+  enabled: z.optional(z.boolean()),
+  catch_up: z.optional(z.enum(SCHEDULE_CATCH_UP)),
 });
 export type ScheduleUpdate = z.infer<typeof ScheduleUpdateSchema>;
 

@@ -4,12 +4,12 @@
 // question (`may`); the rules that depend on more than the repository's permission live here:
 // a worker that serves other projects too, and an `org:` group that another project is in,
 // need the admin token.
-import type { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { ForbiddenError, NotFoundError, ValidationError } from '../errors.ts';
 import { zodIssues } from '../http/index.ts';
 import type { ProjectAdmin } from '../pages/settings.ts';
 import type { Person } from '../people/sessions.ts';
+import * as z from '../zod.ts';
 import {
   createNotification,
   deleteNotification,
@@ -42,8 +42,8 @@ import {
 } from './schedules.ts';
 import { listWorkers, revokeWorker } from './workers.ts';
 
-function parse<S extends z.ZodType>(schema: S, value: unknown): z.infer<S> {
-  const parsed = schema.safeParse(value);
+function parse<S extends z.core.$ZodType>(schema: S, value: unknown): z.infer<S> {
+  const parsed = z.safeParse(schema, value);
   if (!parsed.success) throw new ValidationError(zodIssues(parsed.error));
   return parsed.data;
 }

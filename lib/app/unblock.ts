@@ -2,18 +2,18 @@
 // form on the job page): who may, the fields as the task's outputs, and the
 // commit status after. The job's trust is never touched: a person answering a
 // prompt vouches for the answer, not for the code of an untrusted job.
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { ForbiddenError, NotFoundError, UnavailableError } from '../errors.ts';
 import { unblockTask } from '../scheduler/block.ts';
 import { getJobOnly, getJobView, type TaskView } from '../scheduler/index.ts';
+import * as z from '../zod.ts';
 import { ADMIN_BEARER, actorName, may, type Person } from './people.ts';
 import { tasksClaimable } from './pickup.ts';
 import { deliverJobStatus } from './statuses.ts';
 
 /** The body of an unblock: the block's fields by name; each value a string. */
 export const UnblockSchema = z.strictObject({
-  fields: z.record(z.string(), z.unknown()).optional(),
+  fields: z.optional(z.record(z.string(), z.unknown())),
 });
 export type Unblock = z.infer<typeof UnblockSchema>;
 

@@ -1,4 +1,3 @@
-import { z } from 'zod';
 import { type Pool, prepared, type Queryable, statement, transaction } from '../db/index.ts';
 import { NotFoundError, UnavailableError, ValidationError } from '../errors.ts';
 import { hashToken, newToken, workerTokenHash, workerTokenRequired } from '../http/auth.ts';
@@ -8,34 +7,37 @@ import { entryOf, publishWorker } from '../idle/workers.ts';
 import { log } from '../log.ts';
 import { ADMIN_BEARER, type Person } from '../people/sessions.ts';
 import { WORKER_BY_TOKEN, workerByTokenFor } from '../scheduler/worker-token.ts';
+import * as z from '../zod.ts';
 import { auditInstallation } from './audit.ts';
 
 export const LABEL = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$/;
 const PROJECT_ID = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 export const WorkerCreateSchema = z.strictObject({
-  name: z.string().trim().min(1).max(200),
-  labels: z
-    .array(z.string().regex(LABEL, 'labels are letters, digits and _ . : -, up to 63'))
-    .max(50)
-    .default([]),
+  name: z.string().check(z.trim(), z.minLength(1), z.maxLength(200)),
+  labels: z._default(
+    z
+      .array(z.string().check(z.regex(LABEL, 'labels are letters, digits and _ . : -, up to 63')))
+      .check(z.maxLength(50)),
+    [],
+  ),
   // Untrusted workers claim only untrusted tasks (pull requests from forks and
   // the like); every other worker claims only trusted ones.
-  untrusted: z.boolean().default(false),
+  untrusted: z._default(z.boolean(), false),
   // The projects whose tasks it may claim, or "*" for all of them. A worker
   // shared by projects of different value hands a stolen token every one of
   // them; a scoped one hands only its own.
-  projects: z
-    .union([
+  projects: z._default(
+    z.union([
       z.literal('*'),
       z
-        .array(z.string().regex(PROJECT_ID, 'a project id'))
-        .min(1, 'at least one project, or "*" for every project')
-        .max(100),
-    ])
-    .default('*'),
+        .array(z.string().check(z.regex(PROJECT_ID, 'a project id')))
+        .check(z.minLength(1, 'at least one project, or "*" for every project'), z.maxLength(100)),
+    ]),
+    '*',
+  ),
   // A token good for one claim: it stops working when that attempt ends.
-  ephemeral: z.boolean().default(false),
+  ephemeral: z._default(z.boolean(), false),
 });
 export type WorkerCreate = z.infer<typeof WorkerCreateSchema>;
 

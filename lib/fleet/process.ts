@@ -4,27 +4,27 @@
 // environment ($CONDUCTOR_RUNNER_TOKEN), which the runner blanks before any
 // script starts (runner/token.ts): never on a command line.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { z } from 'zod';
 import { log } from '../log.ts';
+import * as z from '../zod.ts';
 import type { PoolRow } from './pools.ts';
 import { LaunchError, type LaunchSpec, type RunnerProvider } from './provider.ts';
 
 /** A process pool's settings (docs/runner.md, "Providers"). */
 export const ProcessSettingsSchema = z.strictObject({
   /** shell (default) or docker. */
-  executor: z.enum(['shell', 'docker']).optional(),
+  executor: z.optional(z.enum(['shell', 'docker'])),
   /** A launched runner that claims nothing within this long exits. Default 60. */
-  idle_limit_s: z.number().int().min(1).max(3600).optional(),
+  idle_limit_s: z.optional(z.number().check(z.int(), z.gte(1), z.lte(3600))),
   /** The shell executor's scripts run as this user (the runner must be root). */
-  run_as: z.string().min(1).max(64).optional(),
+  run_as: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
   /** The shell executor's scripts run as the runner's own user. */
-  same_user: z.boolean().optional(),
+  same_user: z.optional(z.boolean()),
   /** The docker executor's image for tasks that name none. */
-  default_image: z.string().min(1).max(500).optional(),
+  default_image: z.optional(z.string().check(z.minLength(1), z.maxLength(500))),
   /** Where task workspaces are made. */
-  workdir: z.string().min(1).max(1000).optional(),
+  workdir: z.optional(z.string().check(z.minLength(1), z.maxLength(1000))),
   /** Where the runner reaches the control plane; default: the local server's address. */
-  url: z.string().url().optional(),
+  url: z.optional(z.string().check(z.url())),
 });
 export type ProcessSettings = z.infer<typeof ProcessSettingsSchema>;
 

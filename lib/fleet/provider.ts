@@ -2,7 +2,7 @@
 // runner for one ephemeral worker, say which of its runners still run, stop
 // one. The core (lib/app/pools.ts) decides what to launch and when; a
 // provider only carries it out, so EC2 or Kubernetes is one more file here.
-import type { z } from 'zod';
+import type * as z from '../zod.ts';
 import type { PoolRow } from './pools.ts';
 
 export interface LaunchSpec {
@@ -38,7 +38,7 @@ export class LaunchError extends Error {
 
 export interface RunnerProvider {
   /** A pool's settings for this provider (a strict object: an unknown key is a 400 naming it). */
-  readonly settings: z.ZodType;
+  readonly settings: z.ZodMiniType;
   /** Starts one runner; answers the provider's name for it (a pid, a task ARN). */
   launch(spec: LaunchSpec): Promise<string>;
   /** The names of the pool's runners that still run; undefined when the provider cannot say now. */

@@ -3,8 +3,8 @@
 // Payloads are the forge's format, not ours, so every object is loose: fields we do not read
 // are ignored, and only a field an event needs is an error.
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { z } from 'zod';
 import type { ValidationIssue } from '../errors.ts';
+import * as z from '../zod.ts';
 import type { PushDiff, WebhookIntent } from './forge.ts';
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
@@ -20,21 +20,25 @@ export function isCommitSha(value: string): boolean {
   return COMMIT_SHA.test(value);
 }
 
-export const ShaSchema = z.string().regex(COMMIT_SHA, {
-  error: (issue) =>
-    `expected a commit sha (40 or 64 lower-case hex digits), got ${describe(issue.input)}`,
-});
+export const ShaSchema = z.string().check(
+  z.regex(COMMIT_SHA, {
+    error: (issue) =>
+      `expected a commit sha (40 or 64 lower-case hex digits), got ${describe(issue.input)}`,
+  }),
+);
 // PostgreSQL text cannot hold NUL, and refs and names never contain one.
-export const NameSchema = z
-  .string()
-  .min(1, 'must not be empty')
-  .max(1024, 'must be at most 1024 characters')
-  .refine((v) => !v.includes('\u0000'), 'must not contain a NUL character');
+export const NameSchema = z.string().check(
+  z.minLength(1, 'must not be empty'),
+  z.maxLength(1024, 'must be at most 1024 characters'),
+  z.refine((v: string) => !v.includes('\u0000'), 'must not contain a NUL character'),
+);
 export const PullNumberSchema = z
   .number()
-  .int()
-  .positive('must be a positive whole number')
-  .max(2_147_483_647, 'must be at most 2147483647');
+  .check(
+    z.int(),
+    z.positive('must be a positive whole number'),
+    z.lte(2_147_483_647, 'must be at most 2147483647'),
+  );
 
 /** Most commits a payload's list is trusted to hold in full (GitHub's timeline cap; GitLab's too). */
 export const PAYLOAD_COMMITS_CAP = 20;
@@ -134,11 +138,11 @@ export function botLogins(users: unknown[]): string[] {
 
 /** Parses `value` with `schema`, adding each problem to `issues` with its dotted path. */
 export function check<T>(
-  schema: z.ZodType<T>,
+  schema: z.core.$ZodType<T>,
   value: unknown,
   issues: ValidationIssue[],
 ): T | undefined {
-  const result = schema.safeParse(value, { error: issueMessage });
+  const result = z.safeParse(schema, value, { error: issueMessage });
   if (result.success) return result.data;
   for (const issue of result.error.issues) {
     const path = issue.path.map(String).join('.');

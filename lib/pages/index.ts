@@ -3,7 +3,6 @@
 // and the forms that act on a job (which go through the admin routes' own
 // code, handed in as `act`).
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { z } from 'zod';
 import type { AppContext } from '../context.ts';
 import { AppError, NotFoundError } from '../errors.ts';
 import {
@@ -30,6 +29,7 @@ import {
 import { stampPage } from '../scheduler/log-times.ts';
 import { readLog } from '../scheduler/task-log.ts';
 import { DOWNLOAD_URL_TTL_S, jobArtifacts, storeFor } from '../storage/index.ts';
+import * as z from '../zod.ts';
 import {
   csrfToken,
   newSession,
@@ -356,40 +356,37 @@ function asPage(route: PageRoute): PageRoute {
 }
 
 const JobPageQuery = z.object({
-  task: z.string().regex(UUID, 'must be a task id').optional(),
-  attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
-  sig: z.string().optional(),
+  task: z.optional(z.string().check(z.regex(UUID, 'must be a task id'))),
+  attempt: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(2_147_483_647))),
+  sig: z.optional(z.string()),
 });
 const LiveQuery = z.object({
-  task: z.string().regex(UUID, 'must be a task id').optional(),
+  task: z.optional(z.string().check(z.regex(UUID, 'must be a task id'))),
   // 0: the task had not started when the page was drawn.
-  attempt: z.coerce
-    .number()
-    .int()
-    .min(0)
-    .max(2_147_483_647)
-    .optional()
-    .transform((a) => (a ? a : undefined)),
-  from: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
-  line: z.coerce.number().int().min(1).max(Number.MAX_SAFE_INTEGER).optional(),
-  sig: z.string().optional(),
+  attempt: z.pipe(
+    z.optional(z.coerce.number().check(z.int(), z.gte(0), z.lte(2_147_483_647))),
+    z.transform((a: number | undefined) => (a ? a : undefined)),
+  ),
+  from: z.optional(z.coerce.number().check(z.int(), z.gte(0), z.lte(Number.MAX_SAFE_INTEGER))),
+  line: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(Number.MAX_SAFE_INTEGER))),
+  sig: z.optional(z.string()),
 });
 const LogQuery = z.object({
-  task: z.string().regex(UUID, 'must be a task id'),
-  attempt: z.coerce.number().int().min(1).max(2_147_483_647),
-  before: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
-  sig: z.string().optional(),
+  task: z.string().check(z.regex(UUID, 'must be a task id')),
+  attempt: z.coerce.number().check(z.int(), z.gte(1), z.lte(2_147_483_647)),
+  before: z.coerce.number().check(z.int(), z.gte(0), z.lte(Number.MAX_SAFE_INTEGER)),
+  sig: z.optional(z.string()),
 });
 const RawQuery = z.object({
-  task: z.string().regex(UUID, 'must be a task id'),
-  attempt: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
-  offset: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  task: z.string().check(z.regex(UUID, 'must be a task id')),
+  attempt: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(2_147_483_647))),
+  offset: z._default(z.coerce.number().check(z.int(), z.gte(0), z.lte(Number.MAX_SAFE_INTEGER)), 0),
   /** `1`: each line starts with its time (lib/scheduler/log-times.ts). */
-  timestamps: z.enum(['0', '1'], { message: 'must be 0 or 1' }).optional(),
-  sig: z.string().optional(),
+  timestamps: z.optional(z.enum(['0', '1'], { message: 'must be 0 or 1' })),
+  sig: z.optional(z.string()),
 });
 const ProjectQuery = z.object({
-  before: z.coerce.number().int().min(1).max(2_147_483_647).optional(),
+  before: z.optional(z.coerce.number().check(z.int(), z.gte(1), z.lte(2_147_483_647))),
 });
 
 const adminTokenIs = (given: string, adminToken: string) =>
@@ -460,8 +457,8 @@ const unblockForm: PageRoute = asPage(async (event, ctx, act, people) => {
 });
 
 const BadgeQuery = z.object({
-  ref: z.string().max(1024).optional(),
-  sig: z.string().max(100).optional(),
+  ref: z.optional(z.string().check(z.maxLength(1024))),
+  sig: z.optional(z.string().check(z.maxLength(100))),
 });
 
 /**

@@ -7,7 +7,7 @@
 // expression a pattern could make backtrack. Ref patterns (`only:`) keep their
 // own matcher in glob.ts: there `*` crosses `/` and nothing else is special,
 // and pipelines written for it must keep meaning what they meant.
-import { z } from 'zod';
+import * as z from '../zod.ts';
 import { describeValue, quote } from './messages.ts';
 import { MAX_MATCHED_PATH, MatchBudget, pathMatcher, pathPatternProblem } from './pathglob.ts';
 
@@ -20,27 +20,29 @@ export interface CompiledChanges {
   exclude: string[];
 }
 
-const PatternSchema = z
-  .string()
-  .min(1, 'a path pattern must not be empty')
-  .max(500, 'a path pattern must be at most 500 characters')
-  .refine((pattern) => pattern !== '!', 'a path pattern must not be "!" alone')
-  .superRefine((pattern, ctx) => {
+const PatternSchema = z.string().check(
+  z.minLength(1, 'a path pattern must not be empty'),
+  z.maxLength(500, 'a path pattern must be at most 500 characters'),
+  z.refine((pattern) => pattern !== '!', 'a path pattern must not be "!" alone'),
+  z.superRefine((pattern, ctx) => {
     const problem = pathPatternProblem(pattern.startsWith('!') ? pattern.slice(1) : pattern);
     if (problem !== null) ctx.addIssue({ code: 'custom', message: problem, input: pattern });
-  });
+  }),
+);
 
 const PatternListSchema = z
   .array(PatternSchema)
-  .max(MAX_CHANGE_PATTERNS, `must list at most ${MAX_CHANGE_PATTERNS} patterns`);
+  .check(z.maxLength(MAX_CHANGE_PATTERNS, `must list at most ${MAX_CHANGE_PATTERNS} patterns`));
 
 /** `changes: ["src/**", "!src/**\/*.md"]` or `changes: {include: [...], exclude: [...]}`. */
 export const ChangesInputSchema = z.union(
   [
-    PatternListSchema.min(1, 'must list at least one path pattern'),
+    PatternListSchema.check(z.minLength(1, 'must list at least one path pattern')),
     z.strictObject({
-      include: PatternListSchema.min(1, 'must list at least one path pattern').optional(),
-      exclude: PatternListSchema.optional(),
+      include: z.optional(
+        PatternListSchema.check(z.minLength(1, 'must list at least one path pattern')),
+      ),
+      exclude: z.optional(PatternListSchema),
     }),
   ],
   {
@@ -52,16 +54,20 @@ export const ChangesInputSchema = z.union(
 );
 
 /** `changes:` as written: ChangesInputSchema, or one pattern alone (`changes: src/**`, as `only:` takes one branch). */
-export const ChangesSchema = z
-  .preprocess((value) => (typeof value === 'string' ? [value] : value), ChangesInputSchema)
-  .transform((changes): CompiledChanges => {
+export const ChangesSchema = z.pipe(
+  z.pipe(
+    z.transform((value) => (typeof value === 'string' ? [value] : value)),
+    ChangesInputSchema,
+  ),
+  z.transform((changes: z.output<typeof ChangesInputSchema>): CompiledChanges => {
     if (Array.isArray(changes)) {
       const include = changes.filter((p) => !p.startsWith('!'));
       const exclude = changes.filter((p) => p.startsWith('!')).map((p) => p.slice(1));
       return { include: include.length > 0 ? include : ['**'], exclude };
     }
     return { include: changes.include ?? ['**'], exclude: changes.exclude ?? [] };
-  });
+  }),
+);
 
 /**
  * Steps of matching one compile may spend on its `changes:` filters (a step

@@ -2,7 +2,7 @@
 // may run at once, across jobs, and what a newer job does to the older ones
 // waiting or running in it. Pure: the group's name is resolved here; the
 // claim statement enforces the limit (migrations/functions/conductor_claim.sql).
-import { z } from 'zod';
+import * as z from '../zod.ts';
 import type { Trigger } from './glob.ts';
 
 /** What a group does when a newer job's task joins it. */
@@ -14,19 +14,19 @@ export const MAX_CONCURRENCY_LIMIT = 1000;
 
 /** `concurrency: {group, limit, mode}`. */
 export const ConcurrencyObjectSchema = z.strictObject({
-  group: z
-    .string()
-    .min(1, 'must not be empty')
-    .max(200, 'must be at most 200 characters')
-    .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
-    .refine((group) => group !== 'org:', 'an org: group needs a name after org:'),
-  limit: z.number().int().min(1).max(MAX_CONCURRENCY_LIMIT).optional(),
-  mode: z.enum(CONCURRENCY_MODES).optional(),
+  group: z.string().check(
+    z.minLength(1, 'must not be empty'),
+    z.maxLength(200, 'must be at most 200 characters'),
+    z.regex(/^\P{Cc}*$/u, 'must be one line without control characters'),
+    z.refine((group) => group !== 'org:', 'an org: group needs a name after org:'),
+  ),
+  limit: z.optional(z.number().check(z.int(), z.gte(1), z.lte(MAX_CONCURRENCY_LIMIT))),
+  mode: z.optional(z.enum(CONCURRENCY_MODES)),
 });
 
 /** `concurrency:` as written: the map, or the group alone (`concurrency: deploy`, as GitHub Actions writes it). */
-export const ConcurrencySchema = z.preprocess(
-  (value) => (typeof value === 'string' ? { group: value } : value),
+export const ConcurrencySchema = z.pipe(
+  z.transform((value) => (typeof value === 'string' ? { group: value } : value)),
   ConcurrencyObjectSchema,
 );
 

@@ -4,7 +4,7 @@
 // every task as CONDUCTOR_INPUT_<NAME> and wherever `${{ inputs.<name> }}`
 // is written in a script line, an env value, an image or a block's prompt.
 import { parse as parseYaml } from 'yaml';
-import { z } from 'zod';
+import * as z from '../zod.ts';
 import type { Trigger } from './glob.ts';
 import type { IssueList, PathSegment } from './issues.ts';
 import { describeValue, quote } from './messages.ts';
@@ -29,66 +29,74 @@ const InputSchema = z
           ? undefined
           : `must be ${INPUT_TYPES.join(', ')}, got ${describeValue(issue.input)}`,
     }),
-    description: z.string().max(500).optional(),
-    required: z.boolean().optional(),
-    default: Scalar.optional(),
-    options: z.array(Scalar).min(1, 'must list at least one option').max(100).optional(),
+    description: z.optional(z.string().check(z.maxLength(500))),
+    required: z.optional(z.boolean()),
+    default: z.optional(Scalar),
+    options: z.optional(
+      z.array(Scalar).check(z.minLength(1, 'must list at least one option'), z.maxLength(100)),
+    ),
   })
-  .superRefine((input, ctx) => {
-    if (input.type === 'choice' && input.options === undefined) {
-      ctx.addIssue({ code: 'custom', path: [], message: 'a choice input needs options' });
-    }
-    if (input.type !== 'choice' && input.options !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['options'],
-        message: 'only a choice input has options',
-      });
-    }
-    if (input.default !== undefined) {
-      const checked = coerceInput(input as InputDeclaration, input.default);
-      if ('error' in checked) {
-        ctx.addIssue({ code: 'custom', path: ['default'], message: checked.error });
+  .check(
+    z.superRefine((input, ctx) => {
+      if (input.type === 'choice' && input.options === undefined) {
+        ctx.addIssue({ code: 'custom', path: [], message: 'a choice input needs options' });
       }
-    }
-  });
+      if (input.type !== 'choice' && input.options !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['options'],
+          message: 'only a choice input has options',
+        });
+      }
+      if (input.default !== undefined) {
+        const checked = coerceInput(input as InputDeclaration, input.default);
+        if ('error' in checked) {
+          ctx.addIssue({ code: 'custom', path: ['default'], message: checked.error });
+        }
+      }
+    }),
+  );
 
 /** `inputs:` as written: name → declaration. */
 export const InputsSchema = z
   .record(
-    z.string().regex(VAR_NAME_PATTERN, {
-      error: (issue) =>
-        `${quote(String(issue.input))} is not a valid input name (letters, digits and _, not starting with a digit)`,
-    }),
+    z.string().check(
+      z.regex(VAR_NAME_PATTERN, {
+        error: (issue) =>
+          `${quote(String(issue.input))} is not a valid input name (letters, digits and _, not starting with a digit)`,
+      }),
+    ),
     InputSchema,
   )
-  .superRefine((inputs, ctx) => {
-    const names = Object.keys(inputs);
-    if (names.length > MAX_INPUTS) {
-      ctx.addIssue({ code: 'custom', message: `must declare at most ${MAX_INPUTS} inputs` });
-    }
-    // Each reaches the script as CONDUCTOR_INPUT_<NAME>: two that mangle alike would clash.
-    const byFragment = new Map<string, string>();
-    for (const name of names) {
-      const fragment = envFragment(name);
-      const earlier = byFragment.get(fragment);
-      if (earlier !== undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [name],
-          message: `inputs ${quote(earlier)} and ${quote(name)} would both be passed on as CONDUCTOR_INPUT_${fragment}`,
-        });
-      } else if (fragment === '') {
-        ctx.addIssue({
-          code: 'custom',
-          path: [name],
-          message: `input name ${quote(name)} needs a letter or digit`,
-        });
-      } else {
-        byFragment.set(fragment, name);
+  .check(
+    z.superRefine((inputs, ctx) => {
+      const names = Object.keys(inputs);
+      if (names.length > MAX_INPUTS) {
+        ctx.addIssue({ code: 'custom', message: `must declare at most ${MAX_INPUTS} inputs` });
       }
-    }
-  });
+      // Each reaches the script as CONDUCTOR_INPUT_<NAME>: two that mangle alike would clash.
+      const byFragment = new Map<string, string>();
+      for (const name of names) {
+        const fragment = envFragment(name);
+        const earlier = byFragment.get(fragment);
+        if (earlier !== undefined) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: `inputs ${quote(earlier)} and ${quote(name)} would both be passed on as CONDUCTOR_INPUT_${fragment}`,
+          });
+        } else if (fragment === '') {
+          ctx.addIssue({
+            code: 'custom',
+            path: [name],
+            message: `input name ${quote(name)} needs a letter or digit`,
+          });
+        } else {
+          byFragment.set(fragment, name);
+        }
+      }
+    }),
+  );
 
 export interface InputDeclaration {
   type: InputType;

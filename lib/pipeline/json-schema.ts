@@ -4,7 +4,7 @@
 // (refinements, transforms: durations, cache keys, names of tasks in needs)
 // stays the compiler's, so a file the schema accepts may still fail
 // `conductor validate`, never the other way round for the shapes it covers.
-import { z } from 'zod';
+import * as z from '../zod.ts';
 import { ChangesInputSchema } from './changes.ts';
 import { ConcurrencyObjectSchema } from './concurrency.ts';
 import { HiddenTaskSchema, PipelineFileSchema } from './schema.ts';
@@ -14,7 +14,7 @@ export const SCHEMA_ID = 'https://conductor-ci.github.io/schema/conductor.schema
 
 type Json = Record<string, unknown>;
 
-function jsonSchemaOf(schema: z.ZodType): Json {
+function jsonSchemaOf(schema: z.core.$ZodType): Json {
   // io 'input': what a person writes (before transforms such as `cache:` one-or-many);
   // unrepresentable 'any': a transform's input is anything the code then checks.
   const out = z.toJSONSchema(schema, {

@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import * as z from '../zod.ts';
 import { ChangesSchema } from './changes.ts';
 import { ConcurrencySchema } from './concurrency.ts';
 import { InputsSchema } from './inputs.ts';
@@ -42,17 +42,20 @@ export function parseTimeout(value: unknown): { seconds: number } | { error: str
   return { seconds };
 }
 
-const TimeoutSchema = z.unknown().transform((value, ctx) => {
-  if (value === undefined) return undefined;
-  const parsed = parseTimeout(value);
-  if ('error' in parsed) {
-    ctx.issues.push({ code: 'custom', message: parsed.error, input: value });
-    return z.NEVER;
-  }
-  return parsed.seconds;
-});
+const TimeoutSchema = z.pipe(
+  z.unknown(),
+  z.transform((value, ctx) => {
+    if (value === undefined) return undefined;
+    const parsed = parseTimeout(value);
+    if ('error' in parsed) {
+      ctx.issues.push({ code: 'custom', message: parsed.error, input: value });
+      return z.NEVER;
+    }
+    return parsed.seconds;
+  }),
+);
 
-const RetriesSchema = z.number().int().min(0).max(MAX_RETRIES);
+const RetriesSchema = z.number().check(z.int(), z.gte(0), z.lte(MAX_RETRIES));
 
 const ScalarSchema = z.union([z.string(), z.number(), z.boolean()], {
   error: (issue) =>
@@ -62,9 +65,11 @@ const ScalarSchema = z.union([z.string(), z.number(), z.boolean()], {
 });
 
 function nameSchema(pattern: RegExp, what: string, rule: string) {
-  return z.string().regex(pattern, {
-    error: (issue) => `${quote(String(issue.input))} is not a valid ${what} (${rule})`,
-  });
+  return z.string().check(
+    z.regex(pattern, {
+      error: (issue) => `${quote(String(issue.input))} is not a valid ${what} (${rule})`,
+    }),
+  );
 }
 
 const EnvSchema = z.record(
@@ -72,26 +77,29 @@ const EnvSchema = z.record(
   ScalarSchema,
 );
 
-const LabelsSchema = z.array(z.string().min(1, 'must not be empty'));
+const LabelsSchema = z.array(z.string().check(z.minLength(1, 'must not be empty')));
 
-const RefPatternSchema = z.string().min(1, 'a ref pattern must not be empty');
+const RefPatternSchema = z.string().check(z.minLength(1, 'a ref pattern must not be empty'));
 
-const OnlySchema = z
-  .union(
-    [RefPatternSchema, z.array(RefPatternSchema).min(1, 'must list at least one ref pattern')],
+const OnlySchema = z.pipe(
+  z.union(
+    [
+      RefPatternSchema,
+      z.array(RefPatternSchema).check(z.minLength(1, 'must list at least one ref pattern')),
+    ],
     {
       error: (issue) =>
         issue.input === undefined
           ? undefined
           : `expected a ref pattern or a list of them, got ${describeValue(issue.input)}`,
     },
-  )
-  .transform((only) => (typeof only === 'string' ? [only] : only));
+  ),
+  z.transform((only) => (typeof only === 'string' ? [only] : only)),
+);
 
-const OutputsSchema = z
-  .array(nameSchema(VAR_NAME_PATTERN, 'output name', VAR_RULE))
-  .max(MAX_OUTPUTS, `must list at most ${MAX_OUTPUTS} outputs`)
-  .superRefine((outputs, ctx) => {
+const OutputsSchema = z.array(nameSchema(VAR_NAME_PATTERN, 'output name', VAR_RULE)).check(
+  z.maxLength(MAX_OUTPUTS, `must list at most ${MAX_OUTPUTS} outputs`),
+  z.superRefine((outputs, ctx) => {
     // Outputs reach the tasks that need them as CONDUCTOR_NEEDS_<TASK>_<OUTPUT>, so two names
     // that mangle alike would overwrite each other.
     const byFragment = new Map<string, string>();
@@ -116,7 +124,8 @@ const OutputsSchema = z
         byFragment.set(fragment, name);
       }
     });
-  });
+  }),
+);
 
 const MatrixKeySchema = nameSchema(
   MATRIX_KEY_PATTERN,
@@ -127,7 +136,9 @@ const MatrixKeySchema = nameSchema(
 /** One entry of a matrix's `include` or `exclude`: matrix key → value. */
 const CombinationSchema = z
   .record(MatrixKeySchema, ScalarSchema)
-  .refine((combination) => Object.keys(combination).length > 0, 'must name at least one key');
+  .check(
+    z.refine((combination) => Object.keys(combination).length > 0, 'must name at least one key'),
+  );
 
 /** Marks a custom issue to be reported at its key rather than its value (see toProblems). */
 const AT_KEY = { target: 'key' };
@@ -141,28 +152,32 @@ export const MATRIX_RESERVED_KEYS: readonly string[] = ['include', 'exclude'];
  * checked with the task graph, where the keys' positions are known.
  */
 export const MatrixSchema = z
-  .object({
-    include: z.array(CombinationSchema).optional(),
-    exclude: z.array(CombinationSchema).optional(),
-  })
-  .catchall(z.array(ScalarSchema).min(1, 'must have at least one value'))
-  .superRefine((matrix, ctx) => {
-    // A catchall does not check key names; a record would, but cannot give include and exclude
-    // their own shape.
-    for (const key of Object.keys(matrix)) {
-      if (MATRIX_RESERVED_KEYS.includes(key) || MatrixKeySchema.safeParse(key).success) continue;
-      ctx.addIssue({
-        code: 'custom',
-        path: [key],
-        params: AT_KEY,
-        message: `${quote(key)} is not a valid matrix key (letters, digits, _ and -, starting with a letter or _)`,
-      });
-    }
-  });
+  .catchall(
+    z.object({
+      include: z.optional(z.array(CombinationSchema)),
+      exclude: z.optional(z.array(CombinationSchema)),
+    }),
+    z.array(ScalarSchema).check(z.minLength(1, 'must have at least one value')),
+  )
+  .check(
+    z.superRefine((matrix, ctx) => {
+      // A catchall does not check key names; a record would, but cannot give include and exclude
+      // their own shape.
+      for (const key of Object.keys(matrix)) {
+        if (MATRIX_RESERVED_KEYS.includes(key) || MatrixKeySchema.safeParse(key).success) continue;
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          params: AT_KEY,
+          message: `${quote(key)} is not a valid matrix key (letters, digits, _ and -, starting with a letter or _)`,
+        });
+      }
+    }),
+  );
 
 /** The names `extends` takes: one hidden task, or a list of them. */
 const ExtendsSchema = z.union(
-  [z.string(), z.array(z.string()).min(1, 'must name at least one hidden task')],
+  [z.string(), z.array(z.string()).check(z.minLength(1, 'must name at least one hidden task'))],
   {
     error: (issue) =>
       issue.input === undefined
@@ -183,25 +198,32 @@ const SERVICE_NAME = /^[a-z][a-z0-9-]{0,62}$/;
 export const MAX_SERVICE_WORDS = 100;
 const MAX_SERVICE_WORD = 4096;
 const ServiceWordsSchema = z
-  .array(z.string().max(MAX_SERVICE_WORD, `must be at most ${MAX_SERVICE_WORD} characters`), {
-    error: (issue) =>
-      issue.input === undefined
-        ? undefined
-        : `expected a list of words, e.g. [redis-server, --port, '6380'], got ${describeValue(issue.input)}`,
-  })
-  .max(MAX_SERVICE_WORDS, `must have at most ${MAX_SERVICE_WORDS} words`);
+  .array(
+    z
+      .string()
+      .check(z.maxLength(MAX_SERVICE_WORD, `must be at most ${MAX_SERVICE_WORD} characters`)),
+    {
+      error: (issue) =>
+        issue.input === undefined
+          ? undefined
+          : `expected a list of words, e.g. [redis-server, --port, '6380'], got ${describeValue(issue.input)}`,
+    },
+  )
+  .check(z.maxLength(MAX_SERVICE_WORDS, `must have at most ${MAX_SERVICE_WORDS} words`));
 
 /** One container started beside a task's script on the docker executor (`services:`). */
 export const ServiceSchema = z.strictObject({
-  image: z.string().min(1, 'must not be empty'),
-  env: EnvSchema.optional(),
-  ports: z.array(z.number().int().min(1).max(65_535)).max(20).optional(),
+  image: z.string().check(z.minLength(1, 'must not be empty')),
+  env: z.optional(EnvSchema),
+  ports: z.optional(
+    z.array(z.number().check(z.int(), z.gte(1), z.lte(65_535))).check(z.maxLength(20)),
+  ),
   // A command run in the service's container until it succeeds; the script starts after.
-  health: z.string().min(1, 'must not be empty').optional(),
-  health_timeout: TimeoutSchema.optional(),
+  health: z.optional(z.string().check(z.minLength(1, 'must not be empty'))),
+  health_timeout: z.optional(TimeoutSchema),
   // As GitLab's: lists of words, no shell in between.
-  command: ServiceWordsSchema.min(1, 'must not be empty').optional(),
-  entrypoint: ServiceWordsSchema.optional(),
+  command: z.optional(ServiceWordsSchema.check(z.minLength(1, 'must not be empty'))),
+  entrypoint: z.optional(ServiceWordsSchema),
 });
 
 const ServicesSchema = z
@@ -213,9 +235,11 @@ const ServicesSchema = z
     ),
     ServiceSchema,
   )
-  .refine((services) => Object.keys(services).length <= MAX_SERVICES, {
-    message: `must list at most ${MAX_SERVICES} services`,
-  });
+  .check(
+    z.refine((services) => Object.keys(services).length <= MAX_SERVICES, {
+      message: `must list at most ${MAX_SERVICES} services`,
+    }),
+  );
 
 /** How long a block step waits to be unblocked when it does not say: 24 hours. */
 export const DEFAULT_BLOCK_TIMEOUT_S = 24 * 60 * 60;
@@ -226,49 +250,58 @@ export const MAX_BLOCK_FIELDS = 20;
 export const BlockFieldSchema = z
   .strictObject({
     name: nameSchema(VAR_NAME_PATTERN, 'field name', VAR_RULE),
-    type: z.enum(['text', 'select']).optional(),
-    required: z.boolean().optional(),
-    options: z.array(z.string().min(1, 'must not be empty')).min(1).max(100).optional(),
+    type: z.optional(z.enum(['text', 'select'])),
+    required: z.optional(z.boolean()),
+    options: z.optional(
+      z
+        .array(z.string().check(z.minLength(1, 'must not be empty')))
+        .check(z.minLength(1), z.maxLength(100)),
+    ),
   })
-  .superRefine((field, ctx) => {
-    if (field.type === 'select' && field.options === undefined) {
-      ctx.addIssue({ code: 'custom', path: [], message: 'a select field needs options' });
-    }
-    if (field.type !== 'select' && field.options !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['options'],
-        message: 'only a select field has options',
-      });
-    }
-  });
+  .check(
+    z.superRefine((field, ctx) => {
+      if (field.type === 'select' && field.options === undefined) {
+        ctx.addIssue({ code: 'custom', path: [], message: 'a select field needs options' });
+      }
+      if (field.type !== 'select' && field.options !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['options'],
+          message: 'only a select field has options',
+        });
+      }
+    }),
+  );
 
 /** `block:`: a step that waits for someone to unblock it, runs no script and holds no runner. */
 export const BlockSchema = z.strictObject({
   prompt: z
     .string()
-    .min(1, 'must not be empty')
-    .max(200, 'must be at most 200 characters')
-    .regex(/^\P{Cc}*$/u, 'must be one line without control characters'),
-  fields: z
-    .array(BlockFieldSchema)
-    .max(MAX_BLOCK_FIELDS, `must list at most ${MAX_BLOCK_FIELDS} fields`)
-    .superRefine((fields, ctx) => {
-      const seen = new Set<string>();
-      fields.forEach((field, index) => {
-        if (seen.has(field.name)) {
-          ctx.addIssue({
-            code: 'custom',
-            path: [index, 'name'],
-            message: `duplicate field ${quote(field.name)}`,
-          });
-        }
-        seen.add(field.name);
-      });
-    })
-    .optional(),
-  timeout: TimeoutSchema.optional(),
-  on_timeout: z.enum(['fail', 'skip']).optional(),
+    .check(
+      z.minLength(1, 'must not be empty'),
+      z.maxLength(200, 'must be at most 200 characters'),
+      z.regex(/^\P{Cc}*$/u, 'must be one line without control characters'),
+    ),
+  fields: z.optional(
+    z.array(BlockFieldSchema).check(
+      z.maxLength(MAX_BLOCK_FIELDS, `must list at most ${MAX_BLOCK_FIELDS} fields`),
+      z.superRefine((fields, ctx) => {
+        const seen = new Set<string>();
+        fields.forEach((field, index) => {
+          if (seen.has(field.name)) {
+            ctx.addIssue({
+              code: 'custom',
+              path: [index, 'name'],
+              message: `duplicate field ${quote(field.name)}`,
+            });
+          }
+          seen.add(field.name);
+        });
+      }),
+    ),
+  ),
+  timeout: z.optional(TimeoutSchema),
+  on_timeout: z.optional(z.enum(['fail', 'skip'])),
 });
 
 // ---- artifacts: and cache: (issue #37, docs/artifacts.md)
@@ -292,34 +325,42 @@ export function parseExpiry(value: unknown): { seconds: number } | { error: stri
   return { seconds };
 }
 
-const ExpirySchema = z.unknown().transform((value, ctx) => {
-  const parsed = parseExpiry(value);
-  if ('error' in parsed) {
-    ctx.issues.push({ code: 'custom', message: parsed.error, input: value });
-    return z.NEVER;
-  }
-  return parsed.seconds;
-});
+const ExpirySchema = z.pipe(
+  z.unknown(),
+  z.transform((value, ctx) => {
+    const parsed = parseExpiry(value);
+    if ('error' in parsed) {
+      ctx.issues.push({ code: 'custom', message: parsed.error, input: value });
+      return z.NEVER;
+    }
+    return parsed.seconds;
+  }),
+);
 
 /** A path or glob in the checkout: relative, never leaving it. */
-const WorkspacePathSchema = z
-  .string()
-  .min(1, 'must not be empty')
-  .max(1024, 'must be at most 1024 characters')
-  .refine((p) => !p.startsWith('/') && !p.startsWith('~'), 'must be relative to the checkout')
-  .refine((p) => !p.split('/').includes('..'), 'must not leave the checkout ("..")')
-  .refine((p) => !/[\0\n\r]/.test(p), 'must be one line')
-  .refine((p) => !p.startsWith('!'), 'paths cannot exclude (a leading !); write \\! to name a file')
-  .superRefine((p, ctx) => {
+const WorkspacePathSchema = z.string().check(
+  z.minLength(1, 'must not be empty'),
+  z.maxLength(1024, 'must be at most 1024 characters'),
+  z.refine((p) => !p.startsWith('/') && !p.startsWith('~'), 'must be relative to the checkout'),
+  z.refine((p) => !p.split('/').includes('..'), 'must not leave the checkout ("..")'),
+  z.refine((p) => !/[\0\n\r]/.test(p), 'must be one line'),
+  z.refine(
+    (p) => !p.startsWith('!'),
+    'paths cannot exclude (a leading !); write \\! to name a file',
+  ),
+  z.superRefine((p, ctx) => {
     // The runner's matcher (lib/pipeline/pathglob.ts): refused here, at the line, not on the runner.
     const problem = pathPatternProblem(p);
     if (problem !== null) ctx.addIssue({ code: 'custom', message: problem, input: p });
-  });
+  }),
+);
 
 const ArtifactsSchema = z.strictObject({
-  paths: z.array(WorkspacePathSchema).min(1, 'must list at least one path').max(100),
-  expire_in: ExpirySchema.optional(),
-  when: z.enum(['on_success', 'on_failure', 'always']).optional(),
+  paths: z
+    .array(WorkspacePathSchema)
+    .check(z.minLength(1, 'must list at least one path'), z.maxLength(100)),
+  expire_in: z.optional(ExpirySchema),
+  when: z.optional(z.enum(['on_success', 'on_failure', 'always'])),
 });
 
 /** Most paths or globs under `reports: junit:` (lib/reports/limits.ts says the same). */
@@ -329,112 +370,122 @@ export const MAX_REPORT_PATHS = 20;
 const ReportsSchema = z.strictObject({
   junit: z
     .array(WorkspacePathSchema)
-    .min(1, 'must list at least one path')
-    .max(MAX_REPORT_PATHS, `must list at most ${MAX_REPORT_PATHS} paths`),
+    .check(
+      z.minLength(1, 'must list at least one path'),
+      z.maxLength(MAX_REPORT_PATHS, `must list at most ${MAX_REPORT_PATHS} paths`),
+    ),
 });
 
 /** `{{ hash 'file' ... }}` in a cache key: the runner puts the files' hash there. */
 export const HASH_TEMPLATE = /\{\{\s*hash((?:\s+'[^']+')+)\s*\}\}/g;
 
-const CacheKeySchema = z
-  .string()
-  .min(1, 'must not be empty')
-  .max(512, 'must be at most 512 characters')
-  .refine((key) => !key.replace(HASH_TEMPLATE, '').includes('{{'), {
+const CacheKeySchema = z.string().check(
+  z.minLength(1, 'must not be empty'),
+  z.maxLength(512, 'must be at most 512 characters'),
+  z.refine((key) => !key.replace(HASH_TEMPLATE, '').includes('{{'), {
     message: "the only template a cache key may hold is {{ hash 'file' }}",
-  })
-  .refine((key) => !/[\0\n\r,]/.test(key), 'must be one line without commas');
+  }),
+  z.refine((key) => !/[\0\n\r,]/.test(key), 'must be one line without commas'),
+);
 
 const CacheEntrySchema = z.strictObject({
   key: CacheKeySchema,
-  restore_keys: z.array(CacheKeySchema).max(20).optional(),
-  paths: z.array(WorkspacePathSchema).min(1, 'must list at least one path').max(100),
-  policy: z.enum(['pull', 'push', 'pull-push']).optional(),
+  restore_keys: z.optional(z.array(CacheKeySchema).check(z.maxLength(20))),
+  paths: z
+    .array(WorkspacePathSchema)
+    .check(z.minLength(1, 'must list at least one path'), z.maxLength(100)),
+  policy: z.optional(z.enum(['pull', 'push', 'pull-push'])),
 });
 
-const CacheSchema = z
-  .union([CacheEntrySchema, z.array(CacheEntrySchema).min(1).max(10)], {
+const CacheSchema = z.pipe(
+  z.union([CacheEntrySchema, z.array(CacheEntrySchema).check(z.minLength(1), z.maxLength(10))], {
     error: (issue) =>
       issue.input === undefined
         ? undefined
         : `expected a cache (key, paths) or a list of them, got ${describeValue(issue.input)}`,
-  })
-  .transform((cache) => (Array.isArray(cache) ? cache : [cache]));
+  }),
+  z.transform((cache) => (Array.isArray(cache) ? cache : [cache])),
+);
 
 /** The fields of one entry under `tasks:`; TaskSchema adds what ties them together. */
 const TaskFields = z.strictObject({
-  script: z.array(z.string()).min(1, 'script must have at least one line').optional(),
-  block: BlockSchema.optional(),
-  changes: ChangesSchema.optional(),
-  concurrency: ConcurrencySchema.optional(),
-  image: z.string().min(1, 'must not be empty').optional(),
-  needs: z.array(z.string()).optional(),
-  only: OnlySchema.optional(),
-  allow_failure: z.boolean().optional(),
-  retries: RetriesSchema.optional(),
-  timeout: TimeoutSchema.optional(),
-  queue_timeout: TimeoutSchema.optional(),
-  labels: LabelsSchema.optional(),
-  env: EnvSchema.optional(),
-  secrets: z
-    .array(nameSchema(VAR_NAME_PATTERN, 'secret name', VAR_RULE))
-    .max(MAX_SECRETS, `must list at most ${MAX_SECRETS} secrets`)
-    .optional(),
-  outputs: OutputsSchema.optional(),
-  matrix: MatrixSchema.optional(),
-  fail_fast: z.boolean().optional(),
-  services: ServicesSchema.optional(),
-  artifacts: ArtifactsSchema.optional(),
-  cache: CacheSchema.optional(),
-  reports: ReportsSchema.optional(),
+  script: z.optional(
+    z.array(z.string()).check(z.minLength(1, 'script must have at least one line')),
+  ),
+  block: z.optional(BlockSchema),
+  changes: z.optional(ChangesSchema),
+  concurrency: z.optional(ConcurrencySchema),
+  image: z.optional(z.string().check(z.minLength(1, 'must not be empty'))),
+  needs: z.optional(z.array(z.string())),
+  only: z.optional(OnlySchema),
+  allow_failure: z.optional(z.boolean()),
+  retries: z.optional(RetriesSchema),
+  timeout: z.optional(TimeoutSchema),
+  queue_timeout: z.optional(TimeoutSchema),
+  labels: z.optional(LabelsSchema),
+  env: z.optional(EnvSchema),
+  secrets: z.optional(
+    z
+      .array(nameSchema(VAR_NAME_PATTERN, 'secret name', VAR_RULE))
+      .check(z.maxLength(MAX_SECRETS, `must list at most ${MAX_SECRETS} secrets`)),
+  ),
+  outputs: z.optional(OutputsSchema),
+  matrix: z.optional(MatrixSchema),
+  fail_fast: z.optional(z.boolean()),
+  services: z.optional(ServicesSchema),
+  artifacts: z.optional(ArtifactsSchema),
+  cache: z.optional(CacheSchema),
+  reports: z.optional(ReportsSchema),
   // Which outcomes of its needs, and which triggers, run the task (lib/pipeline/when.ts).
-  when: WhenSchema.optional(),
+  when: z.optional(WhenSchema),
   // Resolved before the schema sees the task (lib/pipeline/extends.ts); checked here for its shape.
-  extends: ExtendsSchema.optional(),
+  extends: z.optional(ExtendsSchema),
 });
 
 /** One entry under `tasks:`: a script, or a block step (`block:`) instead of one. */
-export const TaskSchema = TaskFields.superRefine((task, ctx) => {
-  if (task.block !== undefined) {
-    if (task.script !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['block'],
-        message: 'a block step runs no script: remove script or block',
-      });
+export const TaskSchema = TaskFields.check(
+  z.superRefine((task, ctx) => {
+    if (task.block !== undefined) {
+      if (task.script !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['block'],
+          message: 'a block step runs no script: remove script or block',
+        });
+      }
+      if (task.outputs !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['outputs'],
+          message: "a block step's outputs are its fields",
+        });
+      }
+      if (task.timeout !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['timeout'],
+          message: 'a block step waits for block.timeout: move timeout under block',
+        });
+      }
+    } else if (task.script === undefined) {
+      // Reported as a missing key, as when script was required outright.
+      ctx.addIssue({ code: 'custom', path: ['script'], message: REQUIRED });
     }
-    if (task.outputs !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['outputs'],
-        message: "a block step's outputs are its fields",
-      });
-    }
-    if (task.timeout !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['timeout'],
-        message: 'a block step waits for block.timeout: move timeout under block',
-      });
-    }
-  } else if (task.script === undefined) {
-    // Reported as a missing key, as when script was required outright.
-    ctx.addIssue({ code: 'custom', path: ['script'], message: REQUIRED });
-  }
-});
+  }),
+);
 export type Task = z.infer<typeof TaskSchema>;
 
 /** A hidden task (its name starts with "."): any part of a task, for others to extend. */
-export const HiddenTaskSchema = TaskFields.partial();
+export const HiddenTaskSchema = z.partial(TaskFields);
 
 /** The `defaults:` section: settings every task starts from. */
 export const DefaultsSchema = z.strictObject({
-  image: z.string().min(1, 'must not be empty').optional(),
-  timeout: TimeoutSchema.optional(),
-  queue_timeout: TimeoutSchema.optional(),
-  retries: RetriesSchema.optional(),
-  env: EnvSchema.optional(),
-  labels: LabelsSchema.optional(),
+  image: z.optional(z.string().check(z.minLength(1, 'must not be empty'))),
+  timeout: z.optional(TimeoutSchema),
+  queue_timeout: z.optional(TimeoutSchema),
+  retries: z.optional(RetriesSchema),
+  env: z.optional(EnvSchema),
+  labels: z.optional(LabelsSchema),
 });
 
 /** The whole of `.conductor.yml`, as documented in docs/pipeline.md. */
@@ -443,19 +494,22 @@ export const PipelineFileSchema = z.strictObject({
     error: (issue) =>
       issue.input === undefined ? undefined : `must be 1, got ${describeValue(issue.input)}`,
   }),
-  name: z
-    .string()
-    .min(1, 'must not be empty')
-    .max(100, 'must be at most 100 characters')
-    .regex(/^\P{Cc}*$/u, 'must be one line without control characters')
-    .optional(),
-  defaults: DefaultsSchema.optional(),
+  name: z.optional(
+    z
+      .string()
+      .check(
+        z.minLength(1, 'must not be empty'),
+        z.maxLength(100, 'must be at most 100 characters'),
+        z.regex(/^\P{Cc}*$/u, 'must be one line without control characters'),
+      ),
+  ),
+  defaults: z.optional(DefaultsSchema),
   // What a manual or scheduled run may be given (lib/pipeline/inputs.ts).
-  inputs: InputsSchema.optional(),
+  inputs: z.optional(InputsSchema),
   // The whole job's concurrency group (lib/pipeline/concurrency.ts).
-  concurrency: ConcurrencySchema.optional(),
+  concurrency: z.optional(ConcurrencySchema),
   // Its items are checked as the files are read (lib/pipeline/include.ts), where their files are.
-  include: z.unknown().optional(),
+  include: z.optional(z.unknown()),
   // Task names are checked with the graph, so a badly named task still has its body checked.
   tasks: z.record(z.string(), TaskSchema),
 });
@@ -513,7 +567,7 @@ const errorMap: z.core.$ZodErrorMap = (issue) => {
 /** What an included file may hold: tasks (hidden ones too) and more includes. */
 export const IncludedFileSchema = z.strictObject({
   tasks: z.record(z.string(), z.unknown()),
-  include: z.unknown().optional(),
+  include: z.optional(z.unknown()),
 });
 
 function knownKeys(path: readonly PathSegment[], top: readonly string[]): string[] {
@@ -616,7 +670,7 @@ export function checkPipelineFile(
  * task at ['tasks', '.base'], an included file at []); each problem says where it belongs.
  */
 export function checkWith<T>(
-  schema: z.ZodType<T>,
+  schema: z.ZodMiniType<T>,
   value: unknown,
   prefix: PathSegment[],
   suggester: Suggester,

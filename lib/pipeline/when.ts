@@ -2,8 +2,9 @@
 // `on_failure`, `on_success`, the default), and which triggers and schedules
 // it runs for (`{trigger: [schedule], schedule: [nightly]}`), next to `only`,
 // which filters refs. docs/pipeline.md, "`when`".
-import { z } from 'zod';
+
 import { JOB_TRIGGERS, TASK_RUN_WHEN, type TaskRunWhen } from '../states.ts';
+import * as z from '../zod.ts';
 import { globMatch, type Trigger } from './glob.ts';
 import { describeValue, Suggester } from './messages.ts';
 
@@ -21,21 +22,24 @@ const TriggerNameSchema = z.enum(JOB_TRIGGERS, {
       : `${describeValue(issue.input)} is not a trigger (${JOB_TRIGGERS.join(', ')})`,
 });
 
-function oneOrList<T extends z.ZodType>(item: T, what: string) {
-  return z
-    .union([item, z.array(item).min(1, `must list at least one ${what}`)], {
+function oneOrList<T extends z.ZodMiniType>(item: T, what: string) {
+  return z.pipe(
+    z.union([item, z.array(item).check(z.minLength(1, `must list at least one ${what}`))], {
       error: (issue) =>
         issue.input === undefined
           ? undefined
           : `expected a ${what} or a list of them, got ${describeValue(issue.input)}`,
-    })
-    .transform((v) => (Array.isArray(v) ? v : [v]) as z.infer<T>[]);
+    }),
+    z.transform((v) => (Array.isArray(v) ? v : [v]) as z.infer<T>[]),
+  );
 }
 
 const WhenMapSchema = z.strictObject({
-  status: StatusSchema.optional(),
-  trigger: oneOrList(TriggerNameSchema, 'trigger').optional(),
-  schedule: oneOrList(z.string().min(1, 'must not be empty'), 'schedule name').optional(),
+  status: z.optional(StatusSchema),
+  trigger: z.optional(oneOrList(TriggerNameSchema, 'trigger')),
+  schedule: z.optional(
+    oneOrList(z.string().check(z.minLength(1, 'must not be empty')), 'schedule name'),
+  ),
 });
 
 /** `when:` as written: a status, or a map of `status`, `trigger` and `schedule`. */

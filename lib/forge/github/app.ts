@@ -11,7 +11,7 @@
 // signature is one crypto.sign call over base64url(header).base64url(claims).
 import { createPrivateKey, type KeyObject, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { z } from 'zod';
+import * as z from '../../zod.ts';
 import {
   callForge,
   type ForgeAnswer,
@@ -93,7 +93,7 @@ export interface InstallationToken {
 }
 
 const TokenAnswerSchema = z.looseObject({
-  token: z.string().min(1).max(2000),
+  token: z.string().check(z.minLength(1), z.maxLength(2000)),
   expires_at: z.iso.datetime({ offset: true }),
 });
 
@@ -226,12 +226,16 @@ export function checkRunId(body: unknown): number | null {
 }
 
 // The app's events, read leniently (GitHub adds fields).
-const RepoRefSchema = z.looseObject({ full_name: z.string().min(3).max(300) });
-const InstallationRefSchema = z.looseObject({
-  id: z.number().int().positive(),
-  account: z.looseObject({ login: z.string().min(1).max(200) }).nullish(),
+const RepoRefSchema = z.looseObject({
+  full_name: z.string().check(z.minLength(3), z.maxLength(300)),
 });
-const LoginSchema = z.looseObject({ login: z.string().min(1).max(200) });
+const InstallationRefSchema = z.looseObject({
+  id: z.number().check(z.int(), z.positive()),
+  account: z.nullish(z.looseObject({ login: z.string().check(z.minLength(1), z.maxLength(200)) })),
+});
+const LoginSchema = z.looseObject({
+  login: z.string().check(z.minLength(1), z.maxLength(200)),
+});
 
 /** What one of the app's deliveries says, before Conductor acts on it. */
 export type AppEvent =
@@ -267,34 +271,34 @@ export type AppEvent =
 export const MAX_EVENT_REPOS = 5_000;
 
 const InstallationEventSchema = z.looseObject({
-  action: z.string().max(100),
+  action: z.string().check(z.maxLength(100)),
   installation: InstallationRefSchema,
-  repositories: z.array(RepoRefSchema).max(MAX_EVENT_REPOS).nullish(),
+  repositories: z.nullish(z.array(RepoRefSchema).check(z.maxLength(MAX_EVENT_REPOS))),
 });
 const InstallationReposEventSchema = z.looseObject({
-  action: z.string().max(100),
+  action: z.string().check(z.maxLength(100)),
   installation: InstallationRefSchema,
-  repositories_added: z.array(RepoRefSchema).max(MAX_EVENT_REPOS).nullish(),
-  repositories_removed: z.array(RepoRefSchema).max(MAX_EVENT_REPOS).nullish(),
+  repositories_added: z.nullish(z.array(RepoRefSchema).check(z.maxLength(MAX_EVENT_REPOS))),
+  repositories_removed: z.nullish(z.array(RepoRefSchema).check(z.maxLength(MAX_EVENT_REPOS))),
 });
 const CheckRunEventSchema = z.looseObject({
-  action: z.string().max(100),
+  action: z.string().check(z.maxLength(100)),
   installation: InstallationRefSchema,
   repository: RepoRefSchema,
   sender: LoginSchema,
   check_run: z.looseObject({
-    id: z.number().int().positive(),
-    external_id: z.string().max(200).nullish(),
-    head_sha: z.string().max(100).nullish(),
+    id: z.number().check(z.int(), z.positive()),
+    external_id: z.nullish(z.string().check(z.maxLength(200))),
+    head_sha: z.nullish(z.string().check(z.maxLength(100))),
   }),
-  requested_action: z.looseObject({ identifier: z.string().max(100) }).nullish(),
+  requested_action: z.nullish(z.looseObject({ identifier: z.string().check(z.maxLength(100)) })),
 });
 const CheckSuiteEventSchema = z.looseObject({
-  action: z.string().max(100),
+  action: z.string().check(z.maxLength(100)),
   installation: InstallationRefSchema,
   repository: RepoRefSchema,
   sender: LoginSchema,
-  check_suite: z.looseObject({ head_sha: z.string().max(100) }),
+  check_suite: z.looseObject({ head_sha: z.string().check(z.maxLength(100)) }),
 });
 
 /** The installation id a delivery carries, when it is the app's (only the app's deliveries have one). */

@@ -1,8 +1,9 @@
 // GitHub's webhook dialect, which Gitea (and Forgejo) speak too: the same event names, the same
 // payload fields under the same meanings. The dialects differ only in how far a pull request
 // from the base repository is trusted (`agit`, Gitea's), and in headers (each module's own).
-import { z } from 'zod';
+
 import { ValidationError, type ValidationIssue } from '../../errors.ts';
+import * as z from '../../zod.ts';
 import type { WebhookIntent } from '../forge.ts';
 import {
   botLogins,
@@ -31,8 +32,8 @@ const PushSchema = z.looseObject({
   ref: NameSchema,
   after: ShaSchema,
   // GitHub only; an all-zero `after` marks a deleted ref on either forge.
-  deleted: z.boolean().nullish(),
-  head_commit: z.unknown().optional(),
+  deleted: z.nullish(z.boolean()),
+  head_commit: z.optional(z.unknown()),
 });
 
 const ActionSchema = z.looseObject({ action: NameSchema });
@@ -43,22 +44,22 @@ const ActionSchema = z.looseObject({ action: NameSchema });
 // a missing `base.repo` is the webhook's `repository`. Every other field (title, user, labels,
 // `head.ref`, `merge_base`, `sender`, ...) may be absent or null.
 const PullRequestBuildSchema = z.looseObject({
-  number: PullNumberSchema.nullish(),
+  number: z.nullish(PullNumberSchema),
   pull_request: z.looseObject({
-    number: PullNumberSchema.nullish(),
+    number: z.nullish(PullNumberSchema),
     head: z.looseObject({
       sha: ShaSchema,
-      repo: RepoSchema.nullish(),
+      repo: z.nullish(RepoSchema),
     }),
-    base: z.looseObject({ ref: NameSchema, repo: RepoSchema.nullish() }),
+    base: z.looseObject({ ref: NameSchema, repo: z.nullish(RepoSchema) }),
   }),
 });
 
 // Closing needs only the number, so a closed delivery with a thin or null `pull_request` still
 // cancels that pull request's jobs.
 const PullRequestCloseSchema = z.looseObject({
-  number: PullNumberSchema.nullish(),
-  pull_request: z.looseObject({ number: PullNumberSchema.nullish() }).nullish(),
+  number: z.nullish(PullNumberSchema),
+  pull_request: z.nullish(z.looseObject({ number: z.nullish(PullNumberSchema) })),
 });
 
 // GitHub spells it `synchronize`, Gitea `synchronized`; either is accepted from either forge.

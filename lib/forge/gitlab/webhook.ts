@@ -2,8 +2,9 @@
 // (`Push Hook`, `Tag Push Hook`, `Merge Request Hook`), the project in
 // `project.path_with_namespace`, and for a merge request `object_attributes` with its `iid`,
 // `action`, branches, source and target project ids and `last_commit`.
-import { z } from 'zod';
+
 import { ValidationError, type ValidationIssue } from '../../errors.ts';
+import * as z from '../../zod.ts';
 import type { WebhookIntent } from '../forge.ts';
 import {
   botLogins,
@@ -29,27 +30,27 @@ const EnvelopeSchema = z.looseObject({
 const PushSchema = z.looseObject({
   ref: NameSchema,
   after: ShaSchema,
-  checkout_sha: z.unknown().optional(),
+  checkout_sha: z.optional(z.unknown()),
 });
 
-const ProjectIdSchema = z.number().int();
+const ProjectIdSchema = z.number().check(z.int());
 
 // What a merge request build needs. GitLab sends `oldrev` on an `update` only when the update
 // pushed new commits; an update of its title, labels or reviewers has none.
 const MergeRequestSchema = z.looseObject({
   object_attributes: z.looseObject({
     iid: PullNumberSchema,
-    action: NameSchema.nullish(),
+    action: z.nullish(NameSchema),
     target_branch: NameSchema,
-    source_project_id: ProjectIdSchema.nullish(),
-    target_project_id: ProjectIdSchema.nullish(),
+    source_project_id: z.nullish(ProjectIdSchema),
+    target_project_id: z.nullish(ProjectIdSchema),
     last_commit: z.looseObject({ id: ShaSchema }),
-    oldrev: z.unknown().optional(),
+    oldrev: z.optional(z.unknown()),
   }),
 });
 
 const MergeRequestCloseSchema = z.looseObject({
-  object_attributes: z.looseObject({ iid: PullNumberSchema, action: NameSchema.nullish() }),
+  object_attributes: z.looseObject({ iid: PullNumberSchema, action: z.nullish(NameSchema) }),
 });
 
 const BUILD_ACTIONS = new Set(['open', 'reopen', 'update']);
