@@ -5,8 +5,6 @@
 // it just migrates and returns the result:
 //   aws lambda invoke --function-name <MigrateFunctionName> out.json
 import { createHash } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
-import { request as httpsRequest } from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { CloudFormationCustomResourceEvent, Context } from 'aws-lambda';
 import { contextFromEnv } from '../lib/context.ts';
@@ -170,10 +168,14 @@ export function cfnResponse(
   });
 }
 
-function answer(url: string, body: string): Promise<void> {
+async function answer(url: string, body: string): Promise<void> {
+  // Loaded here, not at the cold start: on Node 22 node:http brings Node's
+  // fetch (undici) with it (issue #56, docs/architecture.md "Bundles").
+  const { request } = url.startsWith('http:')
+    ? await import('node:http')
+    : ((await import('node:https')) as unknown as typeof import('node:http'));
   return new Promise((done, fail) => {
     // The pre-signed URL was signed without a content type: send an empty one.
-    const request = url.startsWith('http:') ? httpRequest : httpsRequest;
     const req = request(url, {
       method: 'PUT',
       headers: { 'content-type': '', 'content-length': Buffer.byteLength(body) },

@@ -1,10 +1,14 @@
 // Builds every function's bundle (into a temporary directory) and prints, for
 // each, what a cold start loads (index.mjs and its static chunks) against its
 // size budget, what it loads later (chunks behind `import()`), its cold
-// import on this machine (CPU and wall time, medians of 7 fresh nodes; the
-// CPU time against its budget), and what weighs most. Exits 1 when a
-// function passes a budget; test/infra/bundle.test.ts holds the same lines.
+// import on this machine (CPU and wall time, medians of 7 fresh nodes taken
+// in turns across the functions; the CPU time against its budget), the same
+// import with source maps on (as deployed: NODE_OPTIONS=--enable-source-maps),
+// and what weighs most. Exits 1 when a function passes a budget;
+// test/infra/bundle.test.ts holds the size budget too.
 //   npm run bundle-size
+//   npm run bundle-size -- --node PATH   import with another node, such as the
+//     Node 22 of Lambda's nodejs22.x (docs/architecture.md, "Bundles")
 //   npm run bundle-size -- --sdk runtime   the AWS SDK left to Lambda's runtime
 //     (measured from a directory in this repository, whose node_modules
 //     stands in for the runtime's)
@@ -12,31 +16,44 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import {
   bundleFunctions,
   byPackage,
   COLD_IMPORT_BUDGET_MS,
-  coldImport,
+  coldImports,
   SIZE_BUDGET,
 } from './bundle.ts';
 
+const { values } = parseArgs({
+  options: { sdk: { type: 'string', default: 'bundled' }, node: { type: 'string' } },
+});
+if (values.sdk !== 'runtime' && values.sdk !== 'bundled')
+  throw new Error('--sdk is runtime or bundled');
+const sdk = values.sdk;
+const node = values.node;
+
 const kb = (bytes: number) => `${(bytes / 1024).toFixed(0)} KB`;
-const sdk = process.argv.includes('--sdk') ? process.argv[process.argv.indexOf('--sdk') + 1] : '';
-if (sdk && sdk !== 'runtime' && sdk !== 'bundled') throw new Error('--sdk is runtime or bundled');
 // The runtime's SDK is found by walking up from the bundle to a node_modules.
 const parent = sdk === 'runtime' ? fileURLToPath(new URL('../dist/', import.meta.url)) : tmpdir();
 await mkdir(parent, { recursive: true });
 const outdir = await mkdtemp(join(parent, 'conductor-bundle-size-'));
 try {
-  const bundles = await bundleFunctions({ outdir, sdk: sdk === 'runtime' ? 'runtime' : 'bundled' });
+  const bundles = await bundleFunctions({ outdir, sdk });
+  const dirs = bundles.map((b) => b.dir);
+  const plain = coldImports(dirs, { node });
+  const mapped = coldImports(dirs, { node, flags: ['--enable-source-maps'] });
   let over = 0;
   console.log(
-    'function       cold size   budget   lazy     import cpu  budget  (wall)   heaviest at cold start',
+    `cold imports by ${node ?? `this node (${process.version})`}; "with maps": --enable-source-maps, as deployed`,
   );
-  for (const b of bundles) {
+  console.log(
+    'function       cold size   budget   lazy     import cpu  budget  (wall)  with maps   heaviest at cold start',
+  );
+  bundles.forEach((b, k) => {
     const budget = SIZE_BUDGET[b.name];
     const timeBudget = COLD_IMPORT_BUDGET_MS[b.name];
-    const { cpuMs, wallMs } = coldImport(b.dir);
+    const { cpuMs, wallMs } = plain[k]!;
     const flags = [
       ...(b.bytes > budget ? ['OVER SIZE'] : []),
       ...(cpuMs > timeBudget ? ['OVER TIME'] : []),
@@ -55,10 +72,11 @@ try {
         `${cpuMs.toFixed(0)} ms`.padStart(12),
         `${timeBudget} ms`.padStart(7),
         `(${wallMs.toFixed(0)} ms)`.padStart(9),
+        `${mapped[k]!.cpuMs.toFixed(0)} ms`.padStart(10),
         `  ${top}${flags.length ? `  ${flags.join(', ')}` : ''}`,
       ].join(' '),
     );
-  }
+  });
   if (over) {
     console.error(`${over} budget(s) passed`);
     process.exitCode = 1;

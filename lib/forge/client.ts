@@ -14,8 +14,7 @@
 // rebinding) cannot get past, because no second lookup is made. Redirects are
 // not followed: one would carry the token wherever the answer points.
 import { lookup } from 'node:dns/promises';
-import { request as httpRequest, type IncomingMessage, type RequestOptions } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage, RequestOptions } from 'node:http';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { Forge, ForgeRequest } from './forge.ts';
 
@@ -268,12 +267,27 @@ function isPublic(a: Address): boolean {
   return !NOT_PUBLIC.check(a.address, 'ipv6');
 }
 
-function send(
+/**
+ * node:http and node:https, loaded at the first call: on Node 22 (Lambda's
+ * nodejs22.x) importing node:http loads Node's fetch (undici) with it, 60 to
+ * 80 ms of CPU that a cold start would pay before its first event whether or
+ * not the request calls a forge (issue #56, docs/architecture.md "Bundles").
+ */
+type Request = typeof import('node:http').request;
+let transports: Promise<{ http: Request; https: Request }> | undefined;
+const loadTransports = () =>
+  (transports ??= Promise.all([import('node:http'), import('node:https')]).then(([h, s]) => ({
+    http: h.request,
+    https: s.request as Request,
+  })));
+
+async function send(
   url: URL,
   address: Address,
   call: ForgeCall,
   signal: AbortSignal,
 ): Promise<ForgeAnswer> {
+  const { http: httpRequest, https: httpsRequest } = await loadTransports();
   const maxBytes = call.maxBytes ?? 1024 * 1024;
   // The connection goes to the address checked above, whatever the name
   // resolves to by now; TLS still checks the certificate against the name.

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import {
   chmodSync,
   existsSync,
@@ -157,6 +157,44 @@ test('zod ships with English messages only', () => {
     // The locale index itself is there, replaced by an English-only stand-in.
     const locales = b.inputs.filter((i) => /zod\/v4\/locales\/(?!en\.js|index\.js)/.test(i.path));
     assert.deepEqual(locales, [], b.name);
+  }
+});
+
+test('no function carries classic zod: every schema is zod/mini, through lib/zod.ts', () => {
+  for (const b of bundles) {
+    const classic = b.inputs.filter((i) => /node_modules\/zod\/v4\/classic\//.test(i.path));
+    assert.deepEqual(classic, [], b.name);
+    assert.ok(
+      b.inputs.some((i) => i.path === 'lib/zod.ts'),
+      `${b.name} validates nothing with zod?`,
+    );
+  }
+});
+
+// What a cold start makes Node load (issue #56): Node's http module (on
+// Node 22 it brings Node's fetch, undici, with it: 60 to 80 ms of CPU) is
+// loaded at the first forge call, not at the import; pg's check for a
+// Cloudflare Worker (a `new Response` where `navigator` is missing, as on
+// Node 20) is answered at build time.
+test("no cold start loads Node's http or its fetch", () => {
+  const probe = [
+    'const before = new Set(process.moduleLoadList);',
+    'await import(process.argv[1]);',
+    "const added = process.moduleLoadList.filter((m) => !before.has(m)).map((m) => m.replace(/^NativeModule /, ''));",
+    'process.stdout.write(JSON.stringify(added));',
+  ].join(' ');
+  for (const b of bundles) {
+    const url = pathToFileURL(join(b.dir, 'index.mjs')).href;
+    const child = spawnSync(process.execPath, ['--input-type=module', '-e', probe, url], {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH ?? '' },
+    });
+    assert.equal(child.status, 0, child.stderr);
+    const loaded = JSON.parse(child.stdout) as string[];
+    const heavy = loaded.filter((m) =>
+      ['http', 'https', 'http2', 'internal/deps/undici/undici'].includes(m),
+    );
+    assert.deepEqual(heavy, [], `${b.name} loads ${heavy.join(', ')} at a cold start`);
   }
 });
 
