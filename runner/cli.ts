@@ -61,6 +61,16 @@ const seconds = (name: string, min: number) =>
       z.lte(7 * 86_400, `--${name} is too large`),
     );
 
+/** A whole number of `--name` between min and max. */
+const whole = (name: string, min: number, max: number) =>
+  z.coerce
+    .number({ error: `--${name} must be a number` })
+    .check(
+      z.int(`--${name} must be a whole number`),
+      z.gte(min, `--${name} must be at least ${min}`),
+      z.lte(max, `--${name} must be at most ${max}`),
+    );
+
 /** The command line after parseArgs, checked. */
 export const RunnerArgsSchema = z.object({
   url: z
@@ -83,16 +93,7 @@ export const RunnerArgsSchema = z.object({
             .filter(Boolean),
     ),
   ),
-  concurrency: z._default(
-    z.coerce
-      .number({ error: '--concurrency must be a number' })
-      .check(
-        z.int('--concurrency must be a whole number'),
-        z.gte(1, '--concurrency must be at least 1'),
-        z.lte(256, '--concurrency must be at most 256'),
-      ),
-    1,
-  ),
+  concurrency: z._default(whole('concurrency', 1, 256), 1),
   workdir: z.optional(z.string().check(z.minLength(1))),
   executor: z._default(
     z.enum(['shell', 'docker'], { error: '--executor must be shell or docker' }),
@@ -100,16 +101,7 @@ export const RunnerArgsSchema = z.object({
   ),
   'default-image': z.optional(z.string().check(z.minLength(1))),
   'poll-max-s': z._default(seconds('poll-max-s', 0.1), 10),
-  'claim-wait-s': z._default(
-    z.coerce
-      .number({ error: '--claim-wait-s must be a number' })
-      .check(
-        z.int('--claim-wait-s must be a whole number'),
-        z.gte(0, '--claim-wait-s must be at least 0'),
-        z.lte(25, '--claim-wait-s must be at most 25'),
-      ),
-    25,
-  ),
+  'claim-wait-s': z._default(whole('claim-wait-s', 0, 25), 25),
   'channel-poll-s': z._default(
     z.coerce
       .number({ error: '--channel-poll-s must be a number' })

@@ -59,6 +59,9 @@ export function pipelineJsonSchema(): Json {
       // (a task extending another may take its script from there).
       anyOf: [{ required: ['script'] }, { required: ['block'] }, { required: ['extends'] }],
       not: { required: ['script', 'block'] },
+      // A block step waits for block.timeout and has its fields for outputs.
+      if: { required: ['block'] },
+      then: { properties: { timeout: false, outputs: false } },
     },
   };
   return {

@@ -66,6 +66,8 @@ describe('the pipeline JSON Schema', () => {
     task('{ script: [x], when: sometimes }'),
     task('{ script: [x], block: { prompt: go } }'),
     task('{ block: { prompt: go, on_timeout: later } }'),
+    task('{ block: { prompt: go }, timeout: 5m }'),
+    task('{ block: { prompt: go }, outputs: [x] }'),
     task('{ script: [x], concurrency: { limit: 2 } }'),
     task('{ script: [x], cache: { key: k } }'),
     task('{ script: [x], artifacts: { paths: [] } }'),
