@@ -93,17 +93,29 @@ export class S3ConnectionRegistry implements ConnectionRegistry {
       query: { 'list-type': '2', prefix: CHANNEL_PREFIX, 'max-keys': String(MAX_LISTED) },
     });
     const keys = [...text.matchAll(/<Key>([^<]+)<\/Key>/g)].map((m) => m[1]!);
+    // An entry listed and then deleted (its socket closed meanwhile) answers
+    // 404, or 403 to a reader S3 does not let list that very key: gone, and
+    // the other connections still get their hint. Only when every read fails
+    // is the listing a failure (a reader that may read none of them).
+    const failures: unknown[] = [];
     const found = await Promise.all(
       keys.map(async (key) => {
-        const { status, text: body } = await this.send('GET', key);
-        if (status === 404) return undefined;
+        let read: { status: number; text: string };
         try {
-          return JSON.parse(body) as Connection;
+          read = await this.send('GET', key);
+        } catch (err) {
+          failures.push(err);
+          return undefined;
+        }
+        if (read.status === 404) return undefined;
+        try {
+          return JSON.parse(read.text) as Connection;
         } catch {
           return undefined;
         }
       }),
     );
+    if (keys.length > 0 && failures.length === keys.length) throw failures[0];
     return found.filter((c): c is Connection => c !== undefined);
   }
 }
