@@ -159,6 +159,18 @@ function runningFiles(parent: number): string[] {
   }
   return files;
 }
+// Each file's time, as the files running are seen once a second (Linux):
+// the slowest are named at the end, so a run that grows long says where.
+const seen = new Map<string, { first: number; last: number }>();
+const watch = setInterval(() => {
+  const now = Date.now();
+  for (const file of child.pid ? runningFiles(child.pid) : []) {
+    const times = seen.get(file);
+    if (times) times.last = now;
+    else seen.set(file, { first: now, last: now });
+  }
+}, 1000);
+watch.unref();
 let overran = false;
 const limit = setTimeout(() => {
   overran = true;
@@ -173,7 +185,17 @@ const code: number = await new Promise((done) => {
   child.on('exit', (c, signal) => done(c ?? (signal ? 1 : 0)));
 });
 clearTimeout(limit);
+clearInterval(watch);
 if (overran) stopGroup('SIGKILL');
+const slowest = [...seen]
+  .map(([file, t]) => ({ file, s: (t.last - t.first) / 1000 + 1 }))
+  .sort((a, b) => b.s - a.s)
+  .slice(0, 12);
+if (slowest.length > 1) {
+  console.log(
+    `# slowest files (seconds running, to about 1 s): ${slowest.map((f) => `${f.file} ${f.s.toFixed(0)}`).join(', ')}`,
+  );
+}
 const runCode = overran ? 1 : code;
 await stop(runCode !== 0);
 console.log(`# test run took ${((Date.now() - started) / 1000).toFixed(1)} s`);
