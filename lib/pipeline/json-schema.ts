@@ -61,6 +61,7 @@ export function pipelineJsonSchema(): Json {
       not: { required: ['script', 'block'] },
       // A block step waits for block.timeout and has its fields for outputs.
       if: { required: ['block'] },
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, a nested keyword, never awaited
       then: { properties: { timeout: false, outputs: false } },
     },
   };
