@@ -149,7 +149,9 @@ function runningFiles(parent: number): string[] {
         const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
         if (ppid !== parent) continue;
         const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-        files.push(...args.filter((a) => a.endsWith('.test.ts')).map((a) => relative('.', a)));
+        // A test file's process names one file (the runner itself names them all).
+        const named = args.filter((a) => a.endsWith('.test.ts'));
+        if (named.length === 1) files.push(relative('.', named[0]!));
       } catch {
         // gone meanwhile
       }
@@ -161,13 +163,11 @@ function runningFiles(parent: number): string[] {
 }
 // Each file's time, as the files running are seen once a second (Linux):
 // the slowest are named at the end, so a run that grows long says where.
-const seen = new Map<string, { first: number; last: number }>();
+// Counted in sightings, not from first to last: a file is its seconds seen.
+const seen = new Map<string, number>();
 const watch = setInterval(() => {
-  const now = Date.now();
   for (const file of child.pid ? runningFiles(child.pid) : []) {
-    const times = seen.get(file);
-    if (times) times.last = now;
-    else seen.set(file, { first: now, last: now });
+    seen.set(file, (seen.get(file) ?? 0) + 1);
   }
 }, 1000);
 watch.unref();
@@ -188,7 +188,7 @@ clearTimeout(limit);
 clearInterval(watch);
 if (overran) stopGroup('SIGKILL');
 const slowest = [...seen]
-  .map(([file, t]) => ({ file, s: (t.last - t.first) / 1000 + 1 }))
+  .map(([file, s]) => ({ file, s }))
   .sort((a, b) => b.s - a.s)
   .slice(0, 12);
 if (slowest.length > 1) {
